@@ -1,0 +1,201 @@
+"""The tables. Workers and operations use the raw SQL in ``sql/queries.sql``; the models exist for
+migrations, the admin and users' own queries."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import F, Q
+from django.utils import timezone
+
+from .limits import PRIORITY_MAX, PRIORITY_MIN, QUEUE_NAME_MAX
+from .states import Status, View
+
+
+class JobQuerySet(models.QuerySet):
+    def ready(self):
+        return self.filter(status=Status.READY)
+
+    def in_view(self, view: str):
+        """Jobs in one of the operator views of ``states.View``."""
+        now = timezone.now()
+        if view == View.DUE:
+            return self.filter(status=Status.READY, attempts=0, run_after__lte=now)
+        if view == View.SCHEDULED:
+            return self.filter(status=Status.READY, attempts=0, run_after__gt=now)
+        if view == View.RETRYING:
+            return self.filter(status=Status.READY, attempts__gt=0)
+        if view == View.RUNNING:
+            return self.filter(status=Status.RUNNING)
+        if view == View.SUCCESSFUL:
+            return self.filter(status=Status.SUCCESSFUL)
+        raise ValueError(f"unknown view {view!r}")
+
+    def lease_expired(self):
+        return self.filter(status=Status.RUNNING, lease_expires_at__lt=timezone.now())
+
+
+class Job(models.Model):
+    """A job waiting, running or (when retention is on) done. See ``states`` for the statuses."""
+
+    id = models.BigAutoField(primary_key=True)
+    name = models.CharField(max_length=255, help_text="Registered name of the job function.")
+    queue = models.CharField(max_length=QUEUE_NAME_MAX, default="default")
+    priority = models.SmallIntegerField(default=0, help_text="-100..100, higher runs first.")
+    args = models.JSONField(default=list)
+    kwargs = models.JSONField(default=dict)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.READY)
+    run_after = models.DateTimeField(default=timezone.now, help_text="Not claimed before this.")
+    attempts = models.IntegerField(default=0, help_text="Attempts started (counted at claim).")
+    max_attempts = models.IntegerField(default=5)
+    unique_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 (NULL: no key)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True, help_text="Start of the last claim.")
+    finished_at = models.DateTimeField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    claim_token = models.UUIDField(
+        null=True, blank=True, help_text="Fencing token of the current claim."
+    )
+    worker = models.CharField(max_length=255, blank=True, default="")
+    errors = models.JSONField(
+        default=list,
+        help_text="One entry per failed attempt: at, attempt, type, message, traceback.",
+    )
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        db_table = "pgjobs_job"
+        ordering = ["-priority", "run_after", "id"]
+        indexes = [
+            # Serves the claim: ready rows in claim order. Partial, so history and running rows
+            # never slow it down. Proven by tests/test_claim.py::test_claim_uses_partial_index.
+            models.Index(
+                F("priority").desc(),
+                "run_after",
+                "id",
+                name="pgjobs_job_claim_idx",
+                condition=Q(status="ready"),
+            ),
+            models.Index(
+                "lease_expires_at",
+                name="pgjobs_job_lease_idx",
+                condition=Q(status="running"),
+            ),
+            models.Index(
+                "finished_at",
+                name="pgjobs_job_finished_idx",
+                condition=Q(status="successful"),
+            ),
+            models.Index("queue", "status", name="pgjobs_job_queue_status_idx"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                "unique_key",
+                name="pgjobs_job_unique_key_in_flight",
+                condition=Q(status__in=["ready", "running"]),
+            ),
+            models.CheckConstraint(
+                condition=Q(priority__gte=PRIORITY_MIN, priority__lte=PRIORITY_MAX),
+                name="pgjobs_job_priority_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_attempts__gte=1, attempts__gte=0, attempts__lte=F("max_attempts")),
+                name="pgjobs_job_attempts_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=["ready", "running", "successful"]),
+                name="pgjobs_job_status_valid",
+            ),
+            models.CheckConstraint(
+                condition=~Q(queue=""),
+                name="pgjobs_job_queue_not_empty",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} #{self.id}"
+
+    @property
+    def view(self) -> str:
+        """The operator view (``states.View``) this job is in."""
+        if self.status != Status.READY:
+            return self.status
+        if self.attempts > 0:
+            return View.RETRYING
+        return View.SCHEDULED if self.run_after > timezone.now() else View.DUE
+
+    @property
+    def last_error(self) -> dict | None:
+        return self.errors[-1] if self.errors else None
+
+
+class DeadLetter(models.Model):
+    """A job that will not run again by itself: attempts exhausted, unknown name or bad row."""
+
+    id = models.BigAutoField(primary_key=True)
+    job_id = models.BigIntegerField(help_text="Id the job had in pgjobs_job.")
+    name = models.CharField(max_length=255)
+    queue = models.CharField(max_length=QUEUE_NAME_MAX)
+    priority = models.SmallIntegerField(default=0)
+    args = models.JSONField(default=list)
+    kwargs = models.JSONField(default=dict)
+    attempts = models.IntegerField(default=0)
+    max_attempts = models.IntegerField(default=1)
+    unique_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 (NULL: no key)
+    reason = models.TextField(help_text="Why the job was dead-lettered, in one sentence.")
+    error_type = models.CharField(max_length=255, blank=True, default="")
+    errors = models.JSONField(default=list)
+    created_at = models.DateTimeField(help_text="When the job was first enqueued.")
+    started_at = models.DateTimeField(null=True, blank=True)
+    failed_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "pgjobs_deadletter"
+        ordering = ["-failed_at", "-id"]
+        indexes = [
+            models.Index(F("failed_at").desc(), F("id").desc(), name="pgjobs_dl_failed_idx"),
+            models.Index("error_type", "failed_at", name="pgjobs_dl_type_idx"),
+            models.Index("name", "failed_at", name="pgjobs_dl_name_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} (job #{self.job_id})"
+
+    @property
+    def last_error(self) -> dict | None:
+        return self.errors[-1] if self.errors else None
+
+
+class Worker(models.Model):
+    """A running ``runjobs`` process, kept alive by its heartbeat and removed when it stops."""
+
+    id = models.CharField(primary_key=True, max_length=255)
+    hostname = models.CharField(max_length=255)
+    pid = models.IntegerField()
+    queues = models.JSONField(default=list, help_text="Empty list: all queues.")
+    concurrency = models.IntegerField()
+    started_at = models.DateTimeField(default=timezone.now)
+    last_seen_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "pgjobs_worker"
+        ordering = ["hostname", "pid"]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class QueueState(models.Model):
+    """Operator switches per queue. A paused queue is skipped by every worker's claim."""
+
+    name = models.CharField(primary_key=True, max_length=QUEUE_NAME_MAX)
+    paused = models.BooleanField(default=False)
+    changed_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "pgjobs_queue"
+        ordering = ["name"]
+        verbose_name = "queue"
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,263 @@
+"""The database contract: every change of a job's state, one function per step.
+
+The worker, the admin actions and the test helpers all go through these functions; each runs one
+named statement of ``sql/queries.sql`` (the function shares the statement's name). Functions
+that act on a claimed job are fenced: they take the claim token and do nothing when the job is no
+longer held under that token (its lease expired and it was rescued, maybe claimed again), so a
+worker that lost its lease can never complete or fail a job someone else now holds.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback as tb
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.utils import timezone
+
+from . import db
+from .conf import get_config
+
+Connection = BaseDatabaseWrapper
+
+
+@dataclass
+class ClaimedJob:
+    """A job a worker holds, as the claim returned it."""
+
+    id: int
+    name: str
+    queue: str
+    priority: int
+    args: Any
+    kwargs: Any
+    attempts: int
+    max_attempts: int
+    run_after: datetime
+    created_at: datetime
+    claim_token: uuid.UUID
+    lease_seconds: float = 0.0
+
+    @property
+    def is_last_attempt(self) -> bool:
+        return self.attempts >= self.max_attempts
+
+
+def error_entry(
+    attempt: int,
+    error: BaseException | None = None,
+    *,
+    error_type: str | None = None,
+    message: str | None = None,
+    worker: str = "",
+    with_traceback: bool = True,
+) -> dict[str, Any]:
+    """One element of a job's ``errors`` list, truncated to ``MAX_ERROR_CHARS``."""
+    limit = get_config().MAX_ERROR_CHARS
+    if error is not None:
+        error_type = error_type or f"{type(error).__module__}.{type(error).__qualname__}"
+        error_type = error_type.removeprefix("builtins.")
+        message = message if message is not None else str(error)
+        trace = "".join(tb.format_exception(type(error), error, error.__traceback__))
+    else:
+        trace = ""
+    message = message or ""
+    if not with_traceback:
+        trace = ""
+    return {
+        "at": timezone.now().isoformat(),
+        "attempt": attempt,
+        "type": error_type or "Error",
+        "message": _truncate(message, limit),
+        "traceback": _truncate(trace, limit),
+        "worker": worker,
+    }
+
+
+def _truncate(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    cut = len(text) - limit
+    # keep the head (what was raised) and the tail (where), drop the middle
+    head = limit // 2
+    return f"{text[:head]}\n[... {cut} characters truncated ...]\n{text[-(limit - head) :]}"
+
+
+# -- claiming and finishing ---------------------------------------------------------------------
+
+
+def claim_jobs(
+    connection: Connection,
+    *,
+    limit: int,
+    worker: str,
+    queues: Sequence[str] | None,
+    lease_seconds: float,
+) -> list[ClaimedJob]:
+    """Claim up to ``limit`` due jobs of ``queues`` (all queues when None), skipping paused
+    queues."""
+    token = uuid.uuid4()
+    rows = db.execute(
+        connection,
+        "claim_jobs",
+        {
+            "limit": limit,
+            "worker": worker,
+            "all_queues": queues is None,
+            "queues": list(queues or []),
+            "lease_seconds": lease_seconds,
+            "token": token,
+        },
+    )
+    return [ClaimedJob(**row, lease_seconds=lease_seconds) for row in rows]
+
+
+def _pairs(jobs: Iterable[ClaimedJob]) -> dict[str, list[Any]]:
+    jobs = list(jobs)
+    return {"ids": [j.id for j in jobs], "tokens": [j.claim_token for j in jobs]}
+
+
+def complete_jobs(connection: Connection, jobs: Sequence[ClaimedJob]) -> set[int]:
+    """Finish successful jobs (deleted, or kept as ``successful`` with retention on).
+
+    Returns the ids actually completed; a missing id was no longer held under its token.
+    """
+    if not jobs:
+        return set()
+    name = "complete_jobs_retained" if get_config().KEEP_SUCCEEDED_SECONDS > 0 else "complete_jobs"
+    return set(db.ids_of(db.execute(connection, name, _pairs(jobs))))
+
+
+def retry_job(
+    connection: Connection, job: ClaimedJob, error: dict[str, Any], delay_seconds: float
+) -> bool:
+    rows = db.execute(
+        connection,
+        "retry_job",
+        {
+            "id": job.id,
+            "token": job.claim_token,
+            "delay_seconds": delay_seconds,
+            "error": json.dumps([error]),
+        },
+    )
+    return bool(rows)
+
+
+def dead_letter_job(
+    connection: Connection, job: ClaimedJob, *, reason: str, error: dict[str, Any]
+) -> int | None:
+    """Move a held job to the dead-letter table; returns the dead letter's id (None if fenced)."""
+    rows = db.execute(
+        connection,
+        "dead_letter_job",
+        {
+            "id": job.id,
+            "token": job.claim_token,
+            "reason": reason,
+            "error_type": error.get("type", ""),
+            "error": json.dumps([error]),
+        },
+    )
+    return rows[0]["id"] if rows else None
+
+
+def release_jobs(connection: Connection, jobs: Sequence[ClaimedJob]) -> set[int]:
+    """Hand claimed-but-unstarted jobs back without spending their attempt."""
+    if not jobs:
+        return set()
+    return set(db.ids_of(db.execute(connection, "release_jobs", _pairs(jobs))))
+
+
+def extend_leases(connection: Connection, jobs: Sequence[ClaimedJob]) -> set[int]:
+    """Heartbeat; returns the ids still held (the others were rescued from this worker)."""
+    if not jobs:
+        return set()
+    params = _pairs(jobs)
+    params["lease_seconds"] = [j.lease_seconds for j in jobs]
+    return set(db.ids_of(db.execute(connection, "extend_leases", params)))
+
+
+# -- maintenance --------------------------------------------------------------------------------
+
+
+def rescue_expired(connection: Connection, limit: int = 1000) -> tuple[int, int]:
+    """Requeue (or dead-letter, when out of attempts) jobs whose lease expired.
+
+    Returns ``(requeued, dead_lettered)``.
+    """
+    row = db.execute(connection, "rescue_expired", {"limit": limit})[0]
+    return row["requeued"], row["buried"]
+
+
+def prune_succeeded(connection: Connection, keep_seconds: float, limit: int = 10_000) -> int:
+    """Delete retained successful jobs older than ``keep_seconds``; returns how many."""
+    rows = db.execute(connection, "prune_succeeded", {"keep_seconds": keep_seconds, "limit": limit})
+    return len(rows)
+
+
+def paused_queues(connection: Connection) -> list[str]:
+    return [row["name"] for row in db.execute(connection, "paused_queues")]
+
+
+def set_queue_paused(connection: Connection, queue: str, paused: bool) -> None:
+    from .registry import check_queue
+
+    db.execute(connection, "set_queue_paused", {"name": check_queue(queue), "paused": paused})
+
+
+def register_worker(
+    connection: Connection,
+    *,
+    worker_id: str,
+    hostname: str,
+    pid: int,
+    queues: Sequence[str] | None,
+    concurrency: int,
+) -> None:
+    db.execute(
+        connection,
+        "register_worker",
+        {
+            "id": worker_id,
+            "hostname": hostname,
+            "pid": pid,
+            "queues": json.dumps(list(queues or [])),
+            "concurrency": concurrency,
+        },
+    )
+
+
+def touch_worker(connection: Connection, worker_id: str, forget_seconds: float) -> None:
+    db.execute(connection, "touch_worker", {"id": worker_id, "forget_seconds": forget_seconds})
+
+
+def unregister_worker(connection: Connection, worker_id: str) -> None:
+    db.execute(connection, "unregister_worker", {"id": worker_id})
+
+
+# -- operator actions (admin) -------------------------------------------------------------------
+
+
+def requeue_dead_letters(connection: Connection, ids: Sequence[int]) -> list[int]:
+    """Move dead letters back as fresh jobs in one statement; returns the new job ids."""
+    return db.ids_of(db.execute(connection, "requeue_dead_letters", {"ids": list(ids)}))
+
+
+def delete_dead_letters(connection: Connection, ids: Sequence[int]) -> list[int]:
+    return db.ids_of(db.execute(connection, "delete_dead_letters", {"ids": list(ids)}))
+
+
+def run_jobs_now(connection: Connection, ids: Sequence[int]) -> list[int]:
+    """Make waiting jobs due now; running jobs are left alone."""
+    return db.ids_of(db.execute(connection, "run_jobs_now", {"ids": list(ids)}))
+
+
+def cancel_jobs(connection: Connection, ids: Sequence[int]) -> list[int]:
+    """Delete waiting jobs; running jobs are left alone."""
+    return db.ids_of(db.execute(connection, "cancel_jobs", {"ids": list(ids)}))

@@ -1,0 +1,339 @@
+"""Defining jobs: the ``@job`` decorator, ``JobDefinition`` and the registry of job names.
+
+A worker only ever calls functions found in this registry. Names come from the decorated
+function (``module.qualname``) or from ``@job(name=...)``; a row naming anything else is
+dead-lettered, never imported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+import re
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from django.utils.module_loading import autodiscover_modules
+
+from .backoff import RetryPolicy
+from .limits import (
+    MAX_ATTEMPTS_MAX,
+    NAME_MAX,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    QUEUE_NAME_MAX,
+    UNIQUE_KEY_MAX,
+)
+
+logger = logging.getLogger("django_pgjobs")
+
+_REGISTRY: dict[str, JobDefinition] = {}
+
+QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
+
+
+class UnknownJobError(LookupError):
+    """A name that no ``@job`` registered."""
+
+
+class JobAlreadyRegistered(ValueError):
+    """Two different functions registered under one name."""
+
+
+# -- option validation (shared by @job and .using) ---------------------------------------------
+
+
+def check_queue(queue: Any) -> str:
+    if not isinstance(queue, str):
+        raise ValueError(f"queue must be a string, not {type(queue).__name__}")
+    if not queue or len(queue) > QUEUE_NAME_MAX or not QUEUE_NAME_RE.match(queue):
+        raise ValueError(
+            f"queue must be 1..{QUEUE_NAME_MAX} characters of letters, digits, '_', '-', '.' or "
+            f"':' starting with a letter or digit, not {queue!r}"
+        )
+    return queue
+
+
+def check_priority(priority: Any) -> int:
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ValueError(f"priority must be an int, not {type(priority).__name__}")
+    if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise ValueError(
+            f"priority must be between {PRIORITY_MIN} and {PRIORITY_MAX}, not {priority}"
+        )
+    return priority
+
+
+def check_max_attempts(max_attempts: Any) -> int:
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
+        raise ValueError(f"max_attempts must be an int, not {type(max_attempts).__name__}")
+    if not 1 <= max_attempts <= MAX_ATTEMPTS_MAX:
+        raise ValueError(
+            f"max_attempts must be between 1 and {MAX_ATTEMPTS_MAX}, not {max_attempts}"
+        )
+    return max_attempts
+
+
+def check_positive_seconds(option: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{option} must be a number of seconds greater than 0, not {value!r}")
+    return float(value)
+
+
+def check_delay(delay: Any) -> float:
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)):
+        raise ValueError(f"delay must be a number of seconds, not {type(delay).__name__}")
+    if delay < 0 or delay != delay or delay == float("inf"):
+        raise ValueError(f"delay must be a finite number of seconds >= 0, not {delay!r}")
+    return float(delay)
+
+
+def check_run_after(run_after: Any) -> datetime:
+    if not isinstance(run_after, datetime):
+        raise ValueError(f"run_after must be a datetime, not {type(run_after).__name__}")
+    if run_after.tzinfo is None or run_after.utcoffset() is None:
+        raise ValueError(
+            "run_after must be timezone-aware (a naive datetime is ambiguous); "
+            "use django.utils.timezone.now() + timedelta(...)"
+        )
+    return run_after
+
+
+def check_unique_key(unique_key: Any) -> str | None:
+    if unique_key is None:
+        return None
+    if not isinstance(unique_key, str) or not unique_key or len(unique_key) > UNIQUE_KEY_MAX:
+        raise ValueError(
+            f"unique_key must be a non-empty string of at most {UNIQUE_KEY_MAX} characters, "
+            f"not {unique_key!r}"
+        )
+    return unique_key
+
+
+# -- definitions -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class JobDefinition:
+    """A registered job function and its defaults. Calling it calls the function directly."""
+
+    func: Callable[..., Any]
+    name: str
+    queue: str | None = None
+    priority: int = 0
+    max_attempts: int | None = None
+    atomic: bool | None = None
+    lease_seconds: float | None = None
+    retry: RetryPolicy | None = None
+    unique_key: Callable[..., str | None] | None = None
+    # per-call options set by .using(); not part of the registered definition
+    run_after: datetime | None = None
+    delay: float | None = None
+    fixed_unique_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.queue is not None:
+            check_queue(self.queue)
+        check_priority(self.priority)
+        if self.max_attempts is not None:
+            check_max_attempts(self.max_attempts)
+        if self.lease_seconds is not None:
+            check_positive_seconds("lease_seconds", self.lease_seconds)
+        if self.atomic is not None and not isinstance(self.atomic, bool):
+            raise ValueError(f"atomic must be True or False, not {self.atomic!r}")
+        if self.retry is not None and not isinstance(self.retry, RetryPolicy):
+            raise ValueError("retry must be a django_pgjobs.RetryPolicy")
+        if self.unique_key is not None and not callable(self.unique_key):
+            raise ValueError("unique_key of @job must be a callable taking the job's arguments")
+        if self.delay is not None:
+            check_delay(self.delay)
+        if self.run_after is not None:
+            check_run_after(self.run_after)
+        if self.delay is not None and self.run_after is not None:
+            raise ValueError("give either delay or run_after, not both")
+        check_unique_key(self.fixed_unique_key)
+        if not self.name or len(self.name) > NAME_MAX:
+            raise ValueError(f"job name must be 1..{NAME_MAX} characters, not {self.name!r}")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.func(*args, **kwargs)
+
+    # Everything below reads settings lazily: definitions are created at import time.
+
+    def get_queue(self) -> str:
+        from .conf import get_config
+
+        return self.queue or get_config().DEFAULT_QUEUE
+
+    def get_max_attempts(self) -> int:
+        from .conf import get_config
+
+        return self.max_attempts or get_config().DEFAULT_MAX_ATTEMPTS
+
+    def is_atomic(self) -> bool:
+        from .conf import get_config
+
+        return get_config().DEFAULT_ATOMIC if self.atomic is None else self.atomic
+
+    def get_lease_seconds(self) -> float:
+        from .conf import get_config
+
+        return self.lease_seconds or get_config().LEASE_SECONDS
+
+    def get_retry(self) -> RetryPolicy:
+        return self.retry or RetryPolicy.from_settings()
+
+    def using(
+        self,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_after: datetime | None = None,
+        delay: float | None = None,
+        unique_key: str | None = None,
+        max_attempts: int | None = None,
+    ) -> JobDefinition:
+        """A copy with per-call options (the ``django.tasks`` idiom)."""
+        changes: dict[str, Any] = {}
+        if queue is not None:
+            changes["queue"] = queue
+        if priority is not None:
+            changes["priority"] = priority
+        if max_attempts is not None:
+            changes["max_attempts"] = max_attempts
+        if unique_key is not None:
+            changes["fixed_unique_key"] = unique_key
+        if run_after is not None:
+            changes["run_after"] = run_after
+            changes["delay"] = None
+        if delay is not None:
+            changes["delay"] = delay
+            changes["run_after"] = None
+        return dataclasses.replace(self, **changes)
+
+    def enqueue(self, *args: Any, **kwargs: Any):
+        """Insert one job on the jobs database's connection; returns the saved ``Job``."""
+        from .enqueueing import enqueue_definition
+
+        return enqueue_definition(self, args, kwargs)
+
+    def enqueue_many(self, calls):
+        """Insert one job per ``(args, kwargs)`` pair (or ``args`` tuple) in one statement."""
+        from .enqueueing import enqueue_many
+
+        return enqueue_many(self, calls)
+
+    def check_arguments(self, args: Any, kwargs: Any) -> None:
+        """Raise ``TypeError`` when ``args``/``kwargs`` cannot be passed to the function."""
+        if not isinstance(args, list):
+            raise TypeError(f"args must be a JSON array, not {type(args).__name__}")
+        if not isinstance(kwargs, dict):
+            raise TypeError(f"kwargs must be a JSON object, not {type(kwargs).__name__}")
+        inspect.signature(self.func).bind(*args, **kwargs)
+
+
+def job(
+    func: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    queue: str | None = None,
+    priority: int = 0,
+    max_attempts: int | None = None,
+    atomic: bool | None = None,
+    lease_seconds: float | None = None,
+    retry: RetryPolicy | None = None,
+    unique_key: Callable[..., str | None] | None = None,
+):
+    """Register a function as a job; usable bare (``@job``) or with options (``@job(...)``).
+
+    Options: ``name`` (default ``module.qualname``), ``queue`` (default
+    ``PGJOBS["DEFAULT_QUEUE"]``), ``priority`` (-100..100, higher first), ``max_attempts``,
+    ``atomic`` (run handler and completion in one transaction), ``lease_seconds``, ``retry``
+    (a ``RetryPolicy``), ``unique_key`` (callable of the job's arguments returning a key: a
+    second job with the same key is not enqueued while the first is ready or running).
+    """
+
+    def register(f: Callable[..., Any]) -> JobDefinition:
+        if isinstance(f, JobDefinition):
+            raise TypeError("@job applied twice")
+        if not callable(f):
+            raise TypeError(f"@job needs a function, not {type(f).__name__}")
+        job_name = name or f"{f.__module__}.{f.__qualname__}"
+        if "<locals>" in job_name and name is None:
+            raise ValueError(
+                f"{job_name}: jobs must be module-level functions (or pass name=...) so a worker "
+                "can find them"
+            )
+        definition = JobDefinition(
+            func=f,
+            name=job_name,
+            queue=queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            atomic=atomic,
+            lease_seconds=lease_seconds,
+            retry=retry,
+            unique_key=unique_key,
+        )
+        existing = _REGISTRY.get(job_name)
+        if existing is not None and not _same_function(existing.func, f):
+            raise JobAlreadyRegistered(
+                f"job name {job_name!r} is already registered to {existing.func!r}"
+            )
+        _REGISTRY[job_name] = definition
+        return definition
+
+    if func is not None:
+        return register(func)
+    return register
+
+
+def _same_function(a: Callable[..., Any], b: Callable[..., Any]) -> bool:
+    # A module imported twice (e.g. reloaded) registers an equal function object again.
+    return (getattr(a, "__module__", None), getattr(a, "__qualname__", None)) == (
+        getattr(b, "__module__", None),
+        getattr(b, "__qualname__", None),
+    )
+
+
+def get(name: str) -> JobDefinition:
+    """The registered definition for ``name``; ``UnknownJobError`` if there is none."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UnknownJobError(
+            f"{name!r} is not a registered job. Jobs are registered with @django_pgjobs.job in "
+            "a 'jobs' module of an installed app or a module listed in PGJOBS['JOB_MODULES']."
+        ) from None
+
+
+def resolve(job_or_name: JobDefinition | str | Callable[..., Any]) -> JobDefinition:
+    if isinstance(job_or_name, JobDefinition):
+        return job_or_name
+    if isinstance(job_or_name, str):
+        return get(job_or_name)
+    raise UnknownJobError(
+        f"{job_or_name!r} is not a job: decorate it with @django_pgjobs.job or pass its "
+        "registered name"
+    )
+
+
+def registered() -> dict[str, JobDefinition]:
+    return dict(_REGISTRY)
+
+
+def autodiscover() -> None:
+    """Import every installed app's ``jobs`` module and ``PGJOBS['JOB_MODULES']``."""
+    from importlib import import_module
+
+    from .conf import ConfigError, get_config
+
+    autodiscover_modules("jobs")
+    try:
+        modules = get_config().JOB_MODULES
+    except ConfigError:
+        return  # reported by the pgjobs.E002 system check
+    for module in modules:
+        import_module(module)

@@ -1,0 +1,258 @@
+-- Every SQL statement django-pgjobs runs, each under a "-- name: <name>" header followed by a
+-- one-line description. django_pgjobs/sql/__init__.py loads this file once; code refers to
+-- statements by name only. Parameters are psycopg named placeholders; nothing is ever formatted
+-- into the text.
+
+-- name: enqueue_job
+-- Insert one job. A job whose unique_key is already ready or running is not inserted (no row
+-- comes back). Workers listening on the job's queue are woken when it is due now; PostgreSQL
+-- folds identical notifications of one transaction into one.
+WITH inserted AS (
+    INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
+                            max_attempts, unique_key, created_at, worker, errors)
+    VALUES (%(name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb, 'ready',
+            COALESCE(%(run_after)s::timestamptz, now()), 0, %(max_attempts)s, %(unique_key)s,
+            now(), '', '[]'::jsonb)
+    ON CONFLICT (unique_key) WHERE status IN ('ready', 'running') DO NOTHING
+    RETURNING *
+)
+SELECT inserted.*,
+       CASE WHEN %(notify)s AND inserted.run_after <= now()
+            THEN pg_notify('pgjobs', inserted.queue) END IS NULL AS _notified
+FROM inserted;
+
+-- name: enqueue_jobs
+-- Insert many jobs in one statement from parallel arrays (unnest), same rules as enqueue_job;
+-- one notification per queue that received a due job.
+WITH inserted AS (
+    INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
+                            max_attempts, unique_key, created_at, worker, errors)
+    SELECT n, q, p, a, k, 'ready', COALESCE(r, now()), 0, m, u, now(), '', '[]'::jsonb
+    FROM unnest(%(names)s::text[], %(queues)s::text[], %(priorities)s::smallint[],
+                %(args)s::jsonb[], %(kwargs)s::jsonb[], %(run_afters)s::timestamptz[],
+                %(max_attempts)s::int[], %(unique_keys)s::text[])
+         AS rows(n, q, p, a, k, r, m, u)
+    ON CONFLICT (unique_key) WHERE status IN ('ready', 'running') DO NOTHING
+    RETURNING *
+),
+woken AS (
+    SELECT pg_notify('pgjobs', queue)
+    FROM (SELECT DISTINCT queue FROM inserted WHERE %(notify)s AND run_after <= now()) due
+)
+SELECT inserted.* FROM inserted, (SELECT count(*) FROM woken) AS notified;
+
+-- name: find_in_flight_by_unique_key
+-- The ready or running job holding a unique key (what enqueue returns for a duplicate).
+SELECT * FROM pgjobs_job
+WHERE unique_key = %(unique_key)s AND status IN ('ready', 'running');
+
+-- name: claim_jobs
+-- Claim up to `limit` due jobs for one worker, in one statement.
+-- Why this shape: the inner SELECT walks pgjobs_job_claim_idx (partial: status = 'ready') in
+-- claim order and stops after `limit` rows; FOR UPDATE SKIP LOCKED makes concurrent workers step
+-- over each other's candidates instead of waiting, so N workers never block each other and
+-- never claim the same row. Paused queues are read in the same statement (pgjobs_queue is tiny),
+-- so a pause takes effect on every worker's next claim. The UPDATE counts the attempt now (a job that kills its worker still
+-- spends attempts), stamps a fresh fencing token and sets the lease. `all_queues` is bound as a
+-- literal, so the planner drops the queue test when a worker serves every queue.
+WITH candidates AS (
+    SELECT id
+    FROM pgjobs_job
+    WHERE status = 'ready'
+      AND run_after <= now()
+      AND (%(all_queues)s OR queue = ANY(%(queues)s::text[]))
+      AND queue NOT IN (SELECT name FROM pgjobs_queue WHERE paused)
+    ORDER BY priority DESC, run_after, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE pgjobs_job AS j
+SET status = 'running',
+    attempts = j.attempts + 1,
+    claim_token = %(token)s::uuid,
+    worker = %(worker)s,
+    started_at = now(),
+    lease_expires_at = now() + %(lease_seconds)s * interval '1 second'
+FROM candidates
+WHERE j.id = candidates.id
+RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempts, j.max_attempts,
+          j.run_after, j.created_at, j.claim_token;
+
+-- name: complete_jobs
+-- Delete successful jobs, fenced: only rows still running under the claim token given.
+DELETE FROM pgjobs_job AS j
+USING unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS done(id, token)
+WHERE j.id = done.id AND j.claim_token = done.token AND j.status = 'running'
+RETURNING j.id;
+
+-- name: complete_jobs_retained
+-- Mark successful jobs as 'successful' (retention on), fenced like complete_jobs.
+UPDATE pgjobs_job AS j
+SET status = 'successful', finished_at = now(), lease_expires_at = NULL, claim_token = NULL
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS done(id, token)
+WHERE j.id = done.id AND j.claim_token = done.token AND j.status = 'running'
+RETURNING j.id;
+
+-- name: retry_job
+-- Put a failed job back to 'ready' after `delay_seconds`, appending the error; fenced.
+UPDATE pgjobs_job
+SET status = 'ready',
+    run_after = now() + %(delay_seconds)s * interval '1 second',
+    errors = errors || %(error)s::jsonb,
+    claim_token = NULL,
+    lease_expires_at = NULL,
+    worker = ''
+WHERE id = %(id)s AND claim_token = %(token)s::uuid AND status = 'running'
+RETURNING id;
+
+-- name: dead_letter_job
+-- Move one job to pgjobs_deadletter in one statement, appending the final error; fenced.
+WITH moved AS (
+    DELETE FROM pgjobs_job
+    WHERE id = %(id)s AND claim_token = %(token)s::uuid AND status = 'running'
+    RETURNING *
+)
+INSERT INTO pgjobs_deadletter (job_id, name, queue, priority, args, kwargs, attempts,
+                               max_attempts, unique_key, reason, error_type, errors,
+                               created_at, started_at, failed_at)
+SELECT id, name, queue, priority, args, kwargs, attempts, max_attempts, unique_key,
+       %(reason)s, %(error_type)s, errors || %(error)s::jsonb, created_at, started_at, now()
+FROM moved
+RETURNING id;
+
+-- name: release_jobs
+-- Hand claimed-but-unstarted jobs back without spending their attempt (graceful shutdown).
+UPDATE pgjobs_job AS j
+SET status = 'ready', attempts = j.attempts - 1, claim_token = NULL, lease_expires_at = NULL,
+    worker = ''
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS handed(id, token)
+WHERE j.id = handed.id AND j.claim_token = handed.token AND j.status = 'running'
+RETURNING j.id;
+
+-- name: extend_leases
+-- Heartbeat: push the lease of every job a worker holds; rows not returned are no longer its.
+UPDATE pgjobs_job AS j
+SET lease_expires_at = now() + held.lease_seconds * interval '1 second'
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(lease_seconds)s::float8[])
+     AS held(id, token, lease_seconds)
+WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
+RETURNING j.id;
+
+-- name: rescue_expired
+-- Jobs whose lease expired (their worker died or hung): back to 'ready' with an error entry, or
+-- to the dead-letter table when that was their last attempt. One statement; SKIP LOCKED lets
+-- several workers run it at once.
+WITH expired AS (
+    SELECT id, attempts >= max_attempts AS exhausted
+    FROM pgjobs_job
+    WHERE status = 'running' AND lease_expires_at < now()
+    ORDER BY lease_expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+dead AS (
+    DELETE FROM pgjobs_job AS j
+    USING expired
+    WHERE j.id = expired.id AND expired.exhausted
+    RETURNING j.*
+),
+buried AS (
+    INSERT INTO pgjobs_deadletter (job_id, name, queue, priority, args, kwargs, attempts,
+                                   max_attempts, unique_key, reason, error_type, errors,
+                                   created_at, started_at, failed_at)
+    SELECT id, name, queue, priority, args, kwargs, attempts, max_attempts, unique_key,
+           'attempts exhausted: the lease of the last attempt expired (worker died or hung)',
+           'LeaseExpired',
+           errors || jsonb_build_array(jsonb_build_object(
+               'at', now(), 'attempt', attempts, 'type', 'LeaseExpired',
+               'message', 'lease expired while running on worker ' || worker,
+               'traceback', '', 'worker', worker)),
+           created_at, started_at, now()
+    FROM dead
+    RETURNING id
+),
+requeued AS (
+    UPDATE pgjobs_job AS j
+    SET status = 'ready', run_after = now(), claim_token = NULL, lease_expires_at = NULL,
+        worker = '',
+        errors = j.errors || jsonb_build_array(jsonb_build_object(
+            'at', now(), 'attempt', j.attempts, 'type', 'LeaseExpired',
+            'message', 'lease expired while running on worker ' || j.worker,
+            'traceback', '', 'worker', j.worker))
+    FROM expired
+    WHERE j.id = expired.id AND NOT expired.exhausted
+    RETURNING j.id
+)
+SELECT (SELECT count(*) FROM requeued) AS requeued, (SELECT count(*) FROM buried) AS buried;
+
+-- name: prune_succeeded
+-- Delete up to `limit` successful jobs finished more than `keep_seconds` ago.
+DELETE FROM pgjobs_job
+WHERE id IN (
+    SELECT id FROM pgjobs_job
+    WHERE status = 'successful' AND finished_at < now() - %(keep_seconds)s * interval '1 second'
+    LIMIT %(limit)s
+)
+RETURNING id;
+
+-- name: paused_queues
+-- Names of the queues operators paused.
+SELECT name FROM pgjobs_queue WHERE paused;
+
+-- name: set_queue_paused
+-- Pause or resume a queue (creates its pgjobs_queue row on first use).
+INSERT INTO pgjobs_queue (name, paused, changed_at)
+VALUES (%(name)s, %(paused)s, now())
+ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, changed_at = now()
+RETURNING name;
+
+-- name: register_worker
+-- Add (or refresh) a worker in the registry.
+INSERT INTO pgjobs_worker (id, hostname, pid, queues, concurrency, started_at, last_seen_at)
+VALUES (%(id)s, %(hostname)s, %(pid)s, %(queues)s::jsonb, %(concurrency)s, now(), now())
+ON CONFLICT (id) DO UPDATE SET last_seen_at = now();
+
+-- name: touch_worker
+-- Worker heartbeat in the registry; also forgets workers silent for `forget_seconds`.
+WITH touched AS (
+    UPDATE pgjobs_worker SET last_seen_at = now() WHERE id = %(id)s RETURNING id
+)
+DELETE FROM pgjobs_worker
+WHERE last_seen_at < now() - %(forget_seconds)s * interval '1 second'
+  AND id NOT IN (SELECT id FROM touched);
+
+-- name: unregister_worker
+-- Remove a worker from the registry when it stops.
+DELETE FROM pgjobs_worker WHERE id = %(id)s;
+
+-- name: requeue_dead_letters
+-- Move dead letters back to pgjobs_job as fresh 'ready' jobs (attempts reset, error history
+-- kept), in one statement: each dead letter disappears exactly when its job reappears.
+-- Concurrent requeues of the same row: the second DELETE finds nothing, so one job results.
+WITH moved AS (
+    DELETE FROM pgjobs_deadletter
+    WHERE id = ANY(%(ids)s::bigint[])
+    RETURNING *
+)
+INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
+                        max_attempts, unique_key, created_at, worker, errors)
+SELECT name, queue, priority, args, kwargs, 'ready', now(), 0, max_attempts, unique_key,
+       now(), '', errors
+FROM moved
+RETURNING id;
+
+-- name: delete_dead_letters
+-- Delete dead letters for good.
+DELETE FROM pgjobs_deadletter WHERE id = ANY(%(ids)s::bigint[]) RETURNING id;
+
+-- name: run_jobs_now
+-- Make waiting jobs (scheduled or retrying) due now.
+UPDATE pgjobs_job SET run_after = now()
+WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready'
+RETURNING id;
+
+-- name: cancel_jobs
+-- Delete jobs that are still waiting (never a running one: its worker owns it).
+DELETE FROM pgjobs_job
+WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready'
+RETURNING id;

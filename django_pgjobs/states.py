@@ -1,0 +1,46 @@
+"""The states of a job, defined once.
+
+Stored in ``pgjobs_job.status`` (the names follow ``django.tasks.TaskResultStatus``):
+
+``ready``
+    Waiting to run. It can be claimed once ``run_after`` has passed.
+``running``
+    Claimed by a worker, which holds a lease on it until ``lease_expires_at`` and extends the
+    lease by heartbeat while the job runs.
+``successful``
+    Finished without error. Only kept when ``PGJOBS["KEEP_SUCCEEDED_SECONDS"]`` is above 0;
+    otherwise a successful job is deleted when it completes.
+
+A job that fails its last attempt, names no registered job, or carries arguments that do not fit
+its function leaves ``pgjobs_job`` and becomes a row of ``pgjobs_deadletter`` (``failed`` in
+``django.tasks`` terms).
+
+The admin and the docs split ``ready`` jobs into three views, derived from the row:
+
+``due``
+    ``ready``, never attempted, ``run_after`` passed: the backlog a worker would take next.
+``scheduled``
+    ``ready``, never attempted, ``run_after`` in the future.
+``retrying``
+    ``ready`` after at least one failed attempt, waiting for its next one.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class Status(models.TextChoices):
+    READY = "ready", "ready"
+    RUNNING = "running", "running"
+    SUCCESSFUL = "successful", "successful"
+
+
+class View(models.TextChoices):
+    """Operator-facing subdivision of the stored statuses (see the module docstring)."""
+
+    DUE = "due", "due"
+    SCHEDULED = "scheduled", "scheduled"
+    RETRYING = "retrying", "retrying"
+    RUNNING = "running", "running"
+    SUCCESSFUL = "successful", "successful"

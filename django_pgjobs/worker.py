@@ -1,0 +1,711 @@
+"""The worker: the loop behind ``manage.py runjobs``.
+
+Summary
+    One dispatcher thread owns the jobs connection: it claims batches sized to free execution
+    slots, hands them to ``concurrency`` executor threads, acknowledges successes in batches,
+    records failures (retry with backoff, or dead letter), extends leases by heartbeat, rescues
+    expired leases and keeps the worker registry current. A listener thread (when
+    ``LISTEN_NOTIFY`` is on) wakes the dispatcher as soon as a job is enqueued.
+
+Usage
+    ``Worker(queues=["emails"], concurrency=8).run()`` returns the exit code. Tests call
+    ``run()`` in-process with ``burst=True``; ``runjobs`` is a thin shell over it.
+
+Options (defaults)
+    ``queues`` (None: all), ``concurrency`` (1), ``batch_size`` (max jobs per claim, 10),
+    ``prefetch`` (jobs claimed beyond free slots, 0), ``burst`` (False), ``max_jobs`` (None),
+    ``poll_interval``/``shutdown_grace``/``listen`` (from settings), ``stats_interval`` (60 s).
+
+Guarantees
+    Every completion and failure is fenced by the claim token. An ``atomic`` job's function and
+    its completion commit in one transaction on the executor's connection. On SIGTERM/SIGINT the
+    worker stops claiming, hands back claimed-but-unstarted jobs without spending an attempt,
+    lets running jobs finish for ``shutdown_grace`` seconds, and exits 0.
+
+Instrumentation
+    ``django_pgjobs.signals`` and the ``django_pgjobs.worker`` logger (start-up line, one line
+    per failure, a periodic summary).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue as queue_module
+import random
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
+
+from . import operations, registry, signals
+from .conf import get_config
+from .context import reset_current_job, set_current_job
+from .operations import ClaimedJob
+
+logger = logging.getLogger("django_pgjobs.worker")
+
+CONNECTION_ERRORS = (OperationalError, InterfaceError)
+NOTIFY_CHANNEL = "pgjobs"
+
+
+class LeaseLost(Exception):
+    """An atomic job finished but its claim token no longer matched: rolled back."""
+
+
+# Messages from executor and listener threads to the dispatcher.
+@dataclass
+class _Succeeded:
+    job: ClaimedJob
+    duration: float
+    acked: bool = False  # atomic jobs complete in their own transaction
+
+
+@dataclass
+class _Failed:
+    job: ClaimedJob
+    error: BaseException
+    duration: float
+
+
+@dataclass
+class _LostLease:
+    job: ClaimedJob
+
+
+_WAKE = object()
+
+
+@dataclass
+class Stats:
+    claimed: int = 0
+    succeeded: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    lost: int = 0
+    released: int = 0
+    window_started: float = field(default_factory=time.monotonic)
+    window_finished: int = 0
+
+    @property
+    def finished(self) -> int:
+        return self.succeeded + self.retried + self.dead_lettered + self.lost
+
+
+class Worker:
+    def __init__(
+        self,
+        *,
+        queues: Sequence[str] | None = None,
+        concurrency: int = 1,
+        batch_size: int = 10,
+        prefetch: int = 0,
+        burst: bool = False,
+        max_jobs: int | None = None,
+        poll_interval: float | None = None,
+        shutdown_grace: float | None = None,
+        listen: bool | None = None,
+        stats_interval: float = 60.0,
+        install_signal_handlers: bool = True,
+    ) -> None:
+        config = get_config()
+        if queues is not None:
+            queues = [registry.check_queue(q) for q in queues] or None
+        for option, value, low in (
+            ("concurrency", concurrency, 1),
+            ("batch_size", batch_size, 1),
+            ("prefetch", prefetch, 0),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{option} must be an int >= {low}, not {value!r}")
+        if max_jobs is not None and (not isinstance(max_jobs, int) or max_jobs < 1):
+            raise ValueError(f"max_jobs must be an int >= 1, not {max_jobs!r}")
+        self.queues = queues
+        self.concurrency = concurrency
+        self.batch_size = batch_size
+        self.prefetch = prefetch
+        self.burst = burst
+        self.max_jobs = max_jobs
+        self.poll_interval = (
+            poll_interval if poll_interval is not None else config.POLL_INTERVAL_SECONDS
+        )
+        self.shutdown_grace = (
+            shutdown_grace if shutdown_grace is not None else config.SHUTDOWN_GRACE_SECONDS
+        )
+        for option, value in (
+            ("poll_interval", self.poll_interval),
+            ("shutdown_grace", self.shutdown_grace),
+        ):
+            if (
+                not isinstance(value, (int, float))
+                or value < 0
+                or (option == "poll_interval" and value == 0)
+            ):
+                raise ValueError(f"{option} must be a positive number of seconds, not {value!r}")
+        self.listen = config.LISTEN_NOTIFY if listen is None else listen
+        self.stats_interval = stats_interval
+        self.install_signal_handlers = install_signal_handlers
+        self.alias = config.DATABASE
+        self.lease_seconds = config.LEASE_SECONDS
+        self.heartbeat_seconds = config.HEARTBEAT_SECONDS
+        self.rescue_interval = config.RESCUE_INTERVAL_SECONDS
+        self.keep_succeeded = config.KEEP_SUCCEEDED_SECONDS
+        self.hostname = socket.gethostname()
+        self.id = f"{self.hostname}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+        self.stats = Stats()
+        self._events: queue_module.Queue = queue_module.Queue()
+        self._todo: queue_module.Queue = queue_module.Queue()
+        self._held: dict[int, ClaimedJob] = {}  # claimed and not finished (queued or running)
+        self._acks: list[ClaimedJob] = []
+        self._stop = threading.Event()  # graceful shutdown requested
+        self._force = threading.Event()  # second signal: give up on running jobs now
+        self._wake_pending = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # -- public ---------------------------------------------------------------------------------
+
+    def request_stop(self, force: bool = False) -> None:
+        """Ask for a graceful shutdown (``force``: stop waiting for running jobs)."""
+        if force or self._stop.is_set():
+            self._force.set()
+        self._stop.set()
+        self._events.put(_WAKE)
+
+    def run(self) -> int:
+        previous = self._install_signals()
+        try:
+            return self._run()
+        finally:
+            self._restore_signals(previous)
+
+    # -- main loop ------------------------------------------------------------------------------
+
+    def _run(self) -> int:
+        self._start_threads()
+        self._log_start()
+        self._with_retries(self._register)
+        now = time.monotonic()
+        next_heartbeat = now + self.heartbeat_seconds
+        next_rescue = now  # rescue once at start: picks up what a crashed predecessor left
+        next_stats = now + self.stats_interval
+        next_poll = now
+        more_ready = True
+        db_backoff = 0.0
+        grace_deadline: float | None = None
+
+        while True:
+            try:
+                self._drain_events(block_for=0)
+                self._flush_acks()
+                now = time.monotonic()
+                if now >= next_heartbeat:
+                    self._heartbeat()
+                    next_heartbeat = now + self.heartbeat_seconds
+                if now >= next_rescue:
+                    self._rescue()
+                    next_rescue = now + self.rescue_interval * random.uniform(0.8, 1.2)
+                if self._stop.is_set():
+                    if grace_deadline is None:
+                        grace_deadline = now + self.shutdown_grace
+                        self._release_unstarted()
+                    if not self._held:
+                        break
+                    if self._force.is_set() or now >= grace_deadline:
+                        self._abandon_running()
+                        break
+                else:
+                    woken = self._wake_pending.is_set()
+                    if self._capacity() > 0 and (more_ready or woken or now >= next_poll):
+                        self._wake_pending.clear()
+                        more_ready = self._claim_and_dispatch()
+                        next_poll = time.monotonic() + self.poll_interval
+                    if self.burst and not more_ready and not self._held:
+                        break
+                    if self._limit_reached() and not self._held:
+                        break
+                db_backoff = 0.0
+            except CONNECTION_ERRORS as error:
+                db_backoff = min(max(db_backoff * 2, 0.5), 10.0)
+                logger.warning(
+                    "database unavailable (%s); retrying in %.1fs with %d job(s) held",
+                    _one_line(error),
+                    db_backoff,
+                    len(self._held),
+                )
+                self._close_connection()
+                self._sleep(db_backoff)
+                continue
+            if now >= next_stats:
+                self._log_stats()
+                next_stats = now + self.stats_interval
+            # Sleep until something happens: a result, a notification, a timer.
+            deadline = min(next_heartbeat, next_rescue, next_stats)
+            if not self._stop.is_set() and self._capacity() > 0 and not more_ready:
+                deadline = min(deadline, next_poll)
+            if self._stop.is_set() and grace_deadline is not None:
+                deadline = min(deadline, grace_deadline)
+            if self._capacity() > 0 and more_ready and not self._stop.is_set():
+                continue
+            self._drain_events(block_for=max(0.0, deadline - time.monotonic()))
+
+        self._shutdown()
+        return 0
+
+    def _capacity(self) -> int:
+        room = self.concurrency + self.prefetch - len(self._held)
+        if self.max_jobs is not None:
+            room = min(room, self.max_jobs - self.stats.claimed)
+        return max(room, 0)
+
+    def _limit_reached(self) -> bool:
+        return self.max_jobs is not None and self.stats.claimed >= self.max_jobs
+
+    # -- claiming -------------------------------------------------------------------------------
+
+    def _claim_and_dispatch(self) -> bool:
+        """Claim for the free slots; True when the claim was full (more may be ready)."""
+        limit = min(self._capacity(), self.batch_size)
+        jobs = operations.claim_jobs(
+            self._connection(),
+            limit=limit,
+            worker=self.id,
+            queues=self.queues,
+            lease_seconds=self.lease_seconds,
+        )
+        self.stats.claimed += len(jobs)
+        for job in jobs:
+            self._held[job.id] = job
+            self._dispatch(job)
+        return len(jobs) == limit
+
+    def _dispatch(self, job: ClaimedJob) -> None:
+        try:
+            definition = registry.get(job.name)
+        except registry.UnknownJobError as error:
+            self._dead_letter(
+                job,
+                reason=f"unknown job {job.name!r}: no function is registered under this name "
+                "in this worker",
+                error=operations.error_entry(
+                    job.attempts, error_type="UnknownJob", message=str(error), worker=self.id
+                ),
+            )
+            return
+        try:
+            definition.check_arguments(job.args, job.kwargs)
+        except TypeError as error:
+            self._dead_letter(
+                job,
+                reason=f"arguments do not fit {job.name}: {error}",
+                error=operations.error_entry(
+                    job.attempts, error_type="BadArguments", message=str(error), worker=self.id
+                ),
+            )
+            return
+        job.lease_seconds = definition.get_lease_seconds()
+        self._todo.put((job, definition))
+
+    # -- executing (executor threads) -------------------------------------------------------------
+
+    def _start_threads(self) -> None:
+        for index in range(self.concurrency):
+            thread = threading.Thread(
+                target=self._executor, name=f"pgjobs-executor-{index}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+        if self.listen:
+            thread = threading.Thread(target=self._listener, name="pgjobs-listener", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _executor(self) -> None:
+        try:
+            while True:
+                item = self._todo.get()
+                if item is None:
+                    return
+                job, definition = item
+                self._events.put(self._execute(job, definition))
+        finally:
+            connections.close_all()
+
+    def _execute(self, job: ClaimedJob, definition: registry.JobDefinition):
+        _send(signals.job_started, job=job)
+        started = time.monotonic()
+        token = set_current_job(job)
+        try:
+            if definition.is_atomic():
+                connection = connections[self.alias]
+                _discard_if_broken(connection)
+                with transaction.atomic(using=self.alias):
+                    definition.func(*job.args, **job.kwargs)
+                    if job.id not in operations.complete_jobs(connection, [job]):
+                        raise LeaseLost()
+                return _Succeeded(job, time.monotonic() - started, acked=True)
+            definition.func(*job.args, **job.kwargs)
+            return _Succeeded(job, time.monotonic() - started)
+        except LeaseLost:
+            return _LostLease(job)
+        except KeyboardInterrupt as error:
+            logger.warning("job %s #%s raised KeyboardInterrupt: shutting down", job.name, job.id)
+            self.request_stop()
+            return _Failed(job, error, time.monotonic() - started)
+        except BaseException as error:  # noqa: B036 - SystemExit from a job is a failure, too
+            if isinstance(error, CONNECTION_ERRORS):
+                _discard_if_broken(connections[self.alias])
+            return _Failed(job, error, time.monotonic() - started)
+        finally:
+            reset_current_job(token)
+
+    # -- results (dispatcher) ---------------------------------------------------------------------
+
+    def _drain_events(self, block_for: float) -> None:
+        try:
+            item = (
+                self._events.get(timeout=block_for) if block_for > 0 else self._events.get_nowait()
+            )
+        except queue_module.Empty:
+            return
+        while True:
+            self._handle(item)
+            try:
+                item = self._events.get_nowait()
+            except queue_module.Empty:
+                return
+
+    def _handle(self, item) -> None:
+        if item is _WAKE:
+            return
+        if isinstance(item, _Succeeded):
+            _send(signals.job_succeeded, job=item.job, duration=item.duration)
+            if item.acked:
+                self._finish(item.job)
+                self.stats.succeeded += 1
+            else:
+                self._acks.append(item.job)
+        elif isinstance(item, _Failed):
+            self._record_failure(item.job, item.error)
+        elif isinstance(item, _LostLease):
+            self._finish(item.job)
+            self.stats.lost += 1
+            logger.warning(
+                "job %s #%s finished after its lease was lost (another worker holds it now); "
+                "its transaction was rolled back",
+                item.job.name,
+                item.job.id,
+            )
+
+    def _finish(self, job: ClaimedJob) -> None:
+        self._held.pop(job.id, None)
+        self.stats.window_finished += 1
+
+    def _flush_acks(self) -> None:
+        if not self._acks:
+            return
+        batch = self._acks
+        done = operations.complete_jobs(self._connection(), batch)
+        self._acks = []
+        for job in batch:
+            self._finish(job)
+            if job.id in done:
+                self.stats.succeeded += 1
+            else:
+                self.stats.lost += 1
+                logger.warning(
+                    "job %s #%s succeeded but its lease was lost before the acknowledgement; "
+                    "another worker may run it again",
+                    job.name,
+                    job.id,
+                )
+
+    def _record_failure(self, job: ClaimedJob, error: BaseException) -> None:
+        entry = operations.error_entry(job.attempts, error, worker=self.id)
+        summary = f"{entry['type']}: {_one_line(entry['message'])}"
+        if job.is_last_attempt:
+            self._dead_letter(
+                job,
+                reason=f"attempts exhausted ({job.attempts}/{job.max_attempts}): {summary}",
+                error=entry,
+            )
+            return
+        definition = registry.get(job.name)
+        delay = definition.get_retry().delay(job.attempts)
+        self._finish(job)
+        if self._with_retries(lambda: operations.retry_job(self._connection(), job, entry, delay)):
+            self.stats.retried += 1
+            _send(signals.job_failed, job=job, error=error, retry_in=delay)
+            logger.warning(
+                "job %s #%s failed (attempt %d/%d): %s; retrying in %.1fs",
+                job.name,
+                job.id,
+                job.attempts,
+                job.max_attempts,
+                summary,
+                delay,
+            )
+        else:
+            self.stats.lost += 1
+            logger.warning(
+                "job %s #%s failed but its lease was lost; its new owner decides", job.name, job.id
+            )
+
+    def _dead_letter(self, job: ClaimedJob, *, reason: str, error: dict) -> None:
+        self._finish(job)
+        dead_id = self._with_retries(
+            lambda: operations.dead_letter_job(self._connection(), job, reason=reason, error=error)
+        )
+        if dead_id is None:
+            self.stats.lost += 1
+            return
+        self.stats.dead_lettered += 1
+        _send(signals.job_dead_lettered, job=job, reason=reason)
+        logger.error("job %s #%s dead-lettered (#%s): %s", job.name, job.id, dead_id, reason)
+
+    # -- leases, rescue, registry -------------------------------------------------------------------
+
+    def _heartbeat(self) -> None:
+        connection = self._connection()
+        held = list(self._held.values())
+        if held:
+            kept = operations.extend_leases(connection, held)
+            lost = [job for job in held if job.id not in kept and job.id in self._held]
+            for job in lost:
+                logger.warning("lease of job %s #%s was lost (rescued elsewhere)", job.name, job.id)
+        operations.touch_worker(
+            connection, self.id, forget_seconds=max(self.lease_seconds, 5 * self.heartbeat_seconds)
+        )
+
+    def _rescue(self) -> None:
+        connection = self._connection()
+        requeued, buried = operations.rescue_expired(connection)
+        if requeued or buried:
+            logger.warning(
+                "rescued %d job(s) with expired leases (%d requeued, %d dead-lettered)",
+                requeued + buried,
+                requeued,
+                buried,
+            )
+        if self.keep_succeeded > 0:
+            operations.prune_succeeded(connection, self.keep_succeeded)
+
+    def _register(self) -> None:
+        operations.register_worker(
+            self._connection(),
+            worker_id=self.id,
+            hostname=self.hostname,
+            pid=os.getpid(),
+            queues=self.queues,
+            concurrency=self.concurrency,
+        )
+
+    # -- shutdown -----------------------------------------------------------------------------------
+
+    def _release_unstarted(self) -> None:
+        unstarted = []
+        while True:
+            try:
+                item = self._todo.get_nowait()
+            except queue_module.Empty:
+                break
+            if item is not None:
+                unstarted.append(item[0])
+        if not unstarted:
+            return
+        released = (
+            self._with_retries(lambda: operations.release_jobs(self._connection(), unstarted))
+            or set()
+        )
+        for job in unstarted:
+            self._held.pop(job.id, None)
+        self.stats.released += len(released)
+        logger.info("handed back %d claimed job(s) that had not started", len(released))
+
+    def _abandon_running(self) -> None:
+        """Grace period over: record the jobs still running as failed attempts."""
+        error = RuntimeError(
+            f"worker {self.id} shut down before the job finished "
+            f"(shutdown grace {self.shutdown_grace:g}s)"
+        )
+        for job in list(self._held.values()):
+            self._record_failure(job, error)
+        logger.warning("shutdown grace expired; gave up on running job(s)")
+
+    def _shutdown(self) -> None:
+        self._stop.set()
+        try:
+            self._flush_acks()
+            operations.unregister_worker(self._connection(), self.id)
+        except DatabaseError as error:
+            logger.warning("could not finish cleanly: %s", _one_line(error))
+        for _ in range(self.concurrency):
+            self._todo.put(None)
+        for thread in self._threads:
+            thread.join(timeout=0.5 if self._held else 5)
+        self._close_connection()
+        self._log_stats(final=True)
+
+    # -- plumbing -----------------------------------------------------------------------------------
+
+    def _connection(self):
+        connection = connections[self.alias]
+        _discard_if_broken(connection)
+        return connection
+
+    def _close_connection(self) -> None:
+        try:
+            connections[self.alias].close()
+        except DatabaseError:
+            pass
+
+    def _with_retries(self, operation):
+        """Run a dispatcher database step, riding out connection loss (reconnect with backoff).
+
+        Fenced steps are safe to repeat: a step that did commit before the connection dropped
+        matches nothing the second time.
+        """
+        delay = 0.5
+        while True:
+            try:
+                return operation()
+            except CONNECTION_ERRORS as error:
+                if self._force.is_set():
+                    raise
+                logger.warning(
+                    "database unavailable (%s); retrying in %.1fs", _one_line(error), delay
+                )
+                self._close_connection()
+                self._sleep(delay)
+                delay = min(delay * 2, 10.0)
+
+    def _sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0 and not self._force.is_set():
+            time.sleep(min(left, 0.1))
+
+    def _listener(self) -> None:
+        """Wake the dispatcher on NOTIFY pgjobs (payload: the queue of a due job)."""
+        delay = 0.5
+        wanted = set(self.queues) if self.queues else None
+        while not self._stop.is_set():
+            connection = connections[self.alias]
+            try:
+                connection.ensure_connection()
+                raw = connection.connection
+                raw.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                self._wake()  # anything enqueued while we were not listening
+                delay = 0.5
+                while not self._stop.is_set():
+                    for notify in raw.notifies(timeout=1.0):
+                        if wanted is None or notify.payload in wanted:
+                            self._wake()
+                        if self._stop.is_set():
+                            break
+            except Exception as error:  # noqa: BLE001 - the listener must never die
+                logger.info("listener reconnecting in %.1fs: %s", delay, _one_line(error))
+                try:
+                    connection.close()
+                except Exception:  # noqa: BLE001
+                    pass
+                self._sleep(delay)
+                delay = min(delay * 2, 10.0)
+        connections.close_all()
+
+    def _wake(self) -> None:
+        if not self._wake_pending.is_set():
+            self._wake_pending.set()
+            self._events.put(_WAKE)
+
+    def _install_signals(self):
+        if (
+            not self.install_signal_handlers
+            or threading.current_thread() is not threading.main_thread()
+        ):
+            return None
+        previous = {}
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous[signum] = signal.signal(signum, self._on_signal)
+        return previous
+
+    def _restore_signals(self, previous) -> None:
+        for signum, handler in (previous or {}).items():
+            signal.signal(signum, handler)
+
+    def _on_signal(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
+        if self._stop.is_set():
+            logger.warning("%s again: not waiting for running jobs", name)
+            self.request_stop(force=True)
+        else:
+            logger.info(
+                "%s: stopping; waiting up to %gs for %d running job(s)",
+                name,
+                self.shutdown_grace,
+                len(self._held),
+            )
+            self.request_stop()
+
+    def _log_start(self) -> None:
+        settings_dict = connections[self.alias].settings_dict
+        logger.info(
+            "worker %s started: queues=%s concurrency=%d batch=%d prefetch=%d database=%s "
+            "(%s@%s:%s/%s) wake=%s",
+            self.id,
+            ",".join(self.queues) if self.queues else "all",
+            self.concurrency,
+            self.batch_size,
+            self.prefetch,
+            self.alias,
+            settings_dict.get("USER") or "-",
+            settings_dict.get("HOST") or "local",
+            settings_dict.get("PORT") or "5432",
+            settings_dict.get("NAME"),
+            f"listen+poll {self.poll_interval:g}s"
+            if self.listen
+            else f"poll {self.poll_interval:g}s",
+        )
+
+    def _log_stats(self, final: bool = False) -> None:
+        now = time.monotonic()
+        elapsed = max(now - self.stats.window_started, 1e-9)
+        rate = self.stats.window_finished / elapsed
+        s = self.stats
+        logger.info(
+            "%s: processed=%d succeeded=%d retried=%d dead=%d lost=%d released=%d rate=%.1f/s",
+            "stopped" if final else "summary",
+            s.finished,
+            s.succeeded,
+            s.retried,
+            s.dead_lettered,
+            s.lost,
+            s.released,
+            rate,
+        )
+        s.window_started = now
+        s.window_finished = 0
+
+
+def _discard_if_broken(connection) -> None:
+    """Close a connection that saw an error and no longer answers (Django reconnects lazily)."""
+    if connection.connection is not None and connection.errors_occurred:
+        if not connection.is_usable():
+            connection.close()
+        connection.errors_occurred = False
+
+
+def _send(signal_obj, **kwargs) -> None:
+    try:
+        signal_obj.send_robust(sender=Worker, **kwargs)
+    except Exception:  # noqa: BLE001
+        logger.exception("signal receiver failed")
+
+
+def _one_line(value) -> str:
+    text = str(value).strip().splitlines()
+    return (text[0] if text else "")[:300]

@@ -1,0 +1,80 @@
+"""Jobs of the demo project. The tests use them as well, so each one records what it did."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from django.db.models import F
+from django.utils import timezone
+
+from django_pgjobs import RetryPolicy, job
+from django_pgjobs.context import current_job
+
+from .models import Counter, Execution, Signup
+
+
+def _record(label: str) -> None:
+    running = current_job()
+    Execution.objects.create(
+        job_id=running.id if running else 0,
+        attempt=running.attempts if running else 0,
+        label=label,
+        pid=os.getpid(),
+    )
+
+
+@job(queue="emails", max_attempts=5, atomic=True)
+def send_welcome_email(signup_id: int) -> None:
+    """Pretend to send an email; marks the signup as welcomed in the same transaction."""
+    Signup.objects.filter(pk=signup_id, welcomed_at__isnull=True).update(welcomed_at=timezone.now())
+
+
+@job(queue="default", max_attempts=4, retry=RetryPolicy(base_seconds=0.2, cap_seconds=1.0))
+def flaky(label: str, fail_times: int = 1) -> None:
+    """Fails its first ``fail_times`` attempts, then succeeds."""
+    _record(label)
+    running = current_job()
+    if running and running.attempts <= fail_times:
+        raise ConnectionError(f"flaky service unavailable (attempt {running.attempts})")
+
+
+@job
+def record(label: str, sleep: float = 0.0) -> None:
+    """Record one execution (no unique constraint: duplicates would show)."""
+    if sleep:
+        time.sleep(sleep)
+    _record(label)
+
+
+@job(atomic=True)
+def record_atomic(label: str, sleep: float = 0.0) -> None:
+    """Record one execution and bump a counter, atomically with the job's completion."""
+    if sleep:
+        time.sleep(sleep)
+    _record(label)
+    Counter.objects.get_or_create(name=label)
+    Counter.objects.filter(name=label).update(value=F("value") + 1)
+
+
+@job(atomic=True, max_attempts=2, retry=RetryPolicy(base_seconds=0.1, cap_seconds=0.1))
+def write_then_fail(label: str) -> None:
+    """Writes, then raises: atomic, so the write must not survive."""
+    _record(label)
+    raise RuntimeError("failed after writing")
+
+
+@job(max_attempts=3, retry=RetryPolicy(base_seconds=0.1, cap_seconds=0.2))
+def always_fails(message: str = "this job always fails") -> None:
+    raise ValueError(message)
+
+
+@job(max_attempts=2)
+def crash_worker() -> None:
+    """Kills the worker process outright, every time."""
+    os._exit(13)
+
+
+@job
+def noop() -> None:
+    pass

@@ -1,0 +1,99 @@
+"""Settings of the demo project the tests run against.
+
+The database comes from ``DATABASE_URL``; without it a private throwaway PostgreSQL server is
+started (testproject/throwaway_pg.py) and shared with every child process.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from testproject import throwaway_pg
+
+BASE_DIR = Path(__file__).resolve().parent
+
+
+def database_from_url(url: str) -> dict:
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgres", "postgresql"):
+        raise ValueError(f"DATABASE_URL must be a postgresql:// URL, not {parts.scheme}://")
+    query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(parts.path.lstrip("/")) or "postgres",
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": query.pop("host", parts.hostname or ""),
+        "PORT": str(parts.port or ""),
+        "OPTIONS": query,
+        "CONN_MAX_AGE": 0,
+        "TEST": {"NAME": os.environ.get("PGJOBS_TEST_DATABASE_NAME") or None},
+    }
+
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "testproject-insecure-key-for-local-use-only")
+DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
+ALLOWED_HOSTS = ["localhost", "127.0.0.1", "testserver", "[::1]"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_pgjobs",
+    "testproject.demo",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "testproject.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": database_from_url(throwaway_pg.database_url())}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+USE_TZ = True
+TIME_ZONE = "UTC"
+STATIC_URL = "static/"
+
+PGJOBS = {
+    # Short leases so the crash tests see rescues within seconds; production keeps the defaults.
+    "LEASE_SECONDS": float(os.environ.get("PGJOBS_LEASE_SECONDS", "60")),
+    "HEARTBEAT_SECONDS": float(os.environ.get("PGJOBS_HEARTBEAT_SECONDS", "10")),
+    "RESCUE_INTERVAL_SECONDS": float(os.environ.get("PGJOBS_RESCUE_INTERVAL_SECONDS", "15")),
+    "REDACT_KEYS": ["password", "token"],
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {"django_pgjobs": {"handlers": ["console"], "level": "INFO"}},
+}

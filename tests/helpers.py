@@ -1,0 +1,81 @@
+"""Helpers shared by the tests (fixtures live in conftest.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from django.db import connection
+
+from django_pgjobs.worker import Worker
+
+ROOT = Path(__file__).resolve().parent.parent
+MANAGE = ROOT / "testproject" / "manage.py"
+
+
+def database_url_for_tests() -> str:
+    """DATABASE_URL of the test database pytest-django created."""
+    base = urlsplit(os.environ["DATABASE_URL"])
+    return urlunsplit(base._replace(path="/" + connection.settings_dict["NAME"]))
+
+
+def count(conn: psycopg.Connection, sql: str, *params) -> int:
+    return conn.execute(sql, params).fetchone()[0]
+
+
+def run_worker(**options) -> Worker:
+    """Run an in-process worker until nothing is ready (burst), like ``runjobs --burst``."""
+    options.setdefault("burst", True)
+    options.setdefault("install_signal_handlers", False)
+    options.setdefault("listen", False)
+    worker = Worker(**options)
+    assert worker.run() == 0
+    return worker
+
+
+def drain(timeout: float = 30.0, **options) -> None:
+    """Run burst workers until no job is left ready or running (waits out retry backoffs)."""
+    from django_pgjobs.models import Job
+
+    deadline = time.monotonic() + timeout
+    while Job.objects.filter(status__in=["ready", "running"]).exists():
+        assert time.monotonic() < deadline, "jobs still pending after drain timeout"
+        run_worker(**options)
+        time.sleep(0.05)
+
+
+class WorkerProcess:
+    def __init__(self, popen: subprocess.Popen, log: Path) -> None:
+        self.popen = popen
+        self.log = log
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def signal(self, signum: int) -> None:
+        self.popen.send_signal(signum)
+
+    def kill(self) -> None:
+        self.popen.send_signal(signal.SIGKILL)
+        self.popen.wait(10)
+
+    def wait(self, timeout: float = 60) -> int:
+        return self.popen.wait(timeout)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 60, interval: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)

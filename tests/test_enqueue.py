@@ -1,0 +1,185 @@
+"""enqueue(): one INSERT on the caller's connection, validated before anything is written."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+from django.db import connection, transaction
+from django.utils import timezone
+from helpers import count
+
+from django_pgjobs import UnknownJobError, enqueue, enqueue_many
+from django_pgjobs.models import Job
+from django_pgjobs.payload import ArgumentsNotJSON, PayloadTooLarge
+from testproject.demo.jobs import noop, record, send_welcome_email
+from testproject.demo.models import Signup
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_enqueue_returns_saved_job_with_defaults():
+    job = record.enqueue("hello", sleep=0.5)
+    assert isinstance(job, Job) and job.pk is not None
+    assert job.name == "testproject.demo.jobs.record"
+    assert (job.queue, job.priority, job.status, job.attempts) == ("default", 0, "ready", 0)
+    assert job.args == ["hello"] and job.kwargs == {"sleep": 0.5}
+    assert job.max_attempts == 5
+    stored = Job.objects.get(pk=job.pk)
+    assert stored.args == ["hello"] and stored.run_after == job.run_after
+
+
+def test_enqueue_by_name_and_by_function_are_the_same():
+    a = enqueue("testproject.demo.jobs.record", "x")
+    b = enqueue(record, "x")
+    assert a.name == b.name == record.name
+
+
+def test_rollback_removes_job_and_commit_publishes_it(other_connection):
+    with pytest.raises(RuntimeError), transaction.atomic():
+        Signup.objects.create(email="rolled@back.example")
+        job = send_welcome_email.enqueue(1)
+        assert count(other_connection, "SELECT count(*) FROM pgjobs_job WHERE id = %s", job.pk) == 0
+        raise RuntimeError("roll back")
+    assert not Job.objects.filter(pk=job.pk).exists()
+    assert not Signup.objects.exists()
+
+    with transaction.atomic():
+        signup = Signup.objects.create(email="kept@example.com")
+        job = send_welcome_email.enqueue(signup.pk)
+        # Not visible to workers before the caller commits ...
+        assert count(other_connection, "SELECT count(*) FROM pgjobs_job WHERE id = %s", job.pk) == 0
+    # ... and visible right after.
+    assert count(other_connection, "SELECT count(*) FROM pgjobs_job WHERE id = %s", job.pk) == 1
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, fragment",
+    [
+        ((object(),), {}, "args[0] is a builtins.object"),
+        ((), {"when": dt.datetime(2024, 1, 1)}, "datetime.datetime"),
+        ((float("nan"),), {}, "NaN"),
+        ((float("inf"),), {}, "Infinity"),
+        (("a\x00b",), {}, "NUL"),
+        (({1: "one"},), {}, "key 1 of type int"),
+        (({"nested": [{"set": {1, 2}}]},), {}, "builtins.set"),
+        ((b"bytes",), {}, "builtins.bytes"),
+    ],
+)
+def test_non_json_arguments_raise_type_error_and_write_nothing(args, kwargs, fragment):
+    with transaction.atomic():
+        Signup.objects.create(email="caller@example.com")
+        with pytest.raises(TypeError) as excinfo:
+            record.enqueue(*args, **kwargs)
+        assert isinstance(excinfo.value, ArgumentsNotJSON)
+        assert fragment in str(excinfo.value)
+        # The caller's transaction is still usable.
+        Signup.objects.create(email="after@example.com")
+    assert Job.objects.count() == 0
+    assert Signup.objects.count() == 2
+
+
+def test_payload_limit(settings):
+    settings.PGJOBS = {**settings.PGJOBS, "MAX_PAYLOAD_BYTES": 100}
+    with pytest.raises(PayloadTooLarge, match="MAX_PAYLOAD_BYTES"):
+        record.enqueue("x" * 200)
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    "options, option_name",
+    [
+        ({"priority": 101}, "priority"),
+        ({"priority": -101}, "priority"),
+        ({"priority": "high"}, "priority"),
+        ({"priority": True}, "priority"),
+        ({"queue": ""}, "queue"),
+        ({"queue": "x" * 101}, "queue"),
+        ({"queue": "bad queue; drop table"}, "queue"),
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"delay": -1}, "delay"),
+        ({"delay": float("nan")}, "delay"),
+        ({"run_after": dt.datetime(2030, 1, 1)}, "run_after"),
+        ({"unique_key": ""}, "unique_key"),
+    ],
+)
+def test_out_of_range_options_raise_value_error_naming_the_option(options, option_name):
+    with pytest.raises(ValueError, match=option_name):
+        record.using(**options).enqueue("x")
+    assert Job.objects.count() == 0
+
+
+def test_unknown_name_raises():
+    with pytest.raises(UnknownJobError, match="'os.system' is not a registered job"):
+        enqueue("os.system", "echo hi")
+    with pytest.raises(UnknownJobError):
+        enqueue(print, "not a job")
+    assert Job.objects.count() == 0
+
+
+def test_using_sets_per_call_options():
+    later = timezone.now() + dt.timedelta(hours=1)
+    job = record.using(queue="reports", priority=50, run_after=later, max_attempts=9).enqueue("x")
+    assert (job.queue, job.priority, job.max_attempts) == ("reports", 50, 9)
+    assert job.run_after == later
+    delayed = record.using(delay=60).enqueue("y")
+    assert 55 < (delayed.run_after - timezone.now()).total_seconds() <= 60
+    # the original definition is unchanged
+    assert record.enqueue("z").queue == "default"
+
+
+def test_unique_key_returns_in_flight_job_instead_of_a_duplicate():
+    first = record.using(unique_key="report:7").enqueue("a")
+    second = record.using(unique_key="report:7").enqueue("b")
+    assert first.pk == second.pk
+    assert Job.objects.count() == 1
+    Job.objects.filter(pk=first.pk).update(status="successful")
+    third = record.using(unique_key="report:7").enqueue("c")
+    assert third.pk != first.pk
+
+
+def test_enqueue_many_is_one_statement(django_assert_num_queries):
+    with django_assert_num_queries(1):
+        jobs = enqueue_many(record, [("a",), (("b",), {"sleep": 0.1}), ["c"]])
+    assert [j.args for j in jobs] == [["a"], ["b"], ["c"]]
+    assert jobs[1].kwargs == {"sleep": 0.1}
+    assert Job.objects.count() == 3
+
+
+def test_enqueue_many_validates_everything_first():
+    with pytest.raises(TypeError):
+        noop.enqueue_many([(), (object(),)])
+    assert Job.objects.count() == 0
+
+
+def test_enqueue_is_one_statement(django_assert_num_queries):
+    with django_assert_num_queries(1):
+        record.enqueue("x")
+
+
+def test_enqueue_notifies_listeners_of_due_jobs_only(other_connection):
+    other_connection.execute("LISTEN pgjobs")
+    record.using(queue="soon").enqueue("x")
+    record.using(queue="later", delay=3600).enqueue("y")
+    payloads = [n.payload for n in other_connection.notifies(timeout=0.5)]
+    assert payloads == ["soon"]
+
+
+def test_enqueue_before_migrate_names_migrate():
+    from django_pgjobs.db import JobsTableMissing
+
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE pgjobs_job RENAME TO pgjobs_job_away")
+    try:
+        with pytest.raises(JobsTableMissing, match="migrate"):
+            record.enqueue("x")
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE pgjobs_job_away RENAME TO pgjobs_job")
+
+
+def test_arguments_round_trip_as_json():
+    payload = {"user": 1, "tags": ["a", "é"], "ratio": 0.5, "none": None, "ok": True}
+    job = record.enqueue(json.dumps(payload), sleep=0)
+    assert Job.objects.get(pk=job.pk).args == [json.dumps(payload)]

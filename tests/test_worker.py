@@ -1,0 +1,262 @@
+"""The worker loop in-process: success, retry with backoff, dead letters, atomic jobs, bad rows."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import pytest
+from django.db import connection
+from helpers import drain, run_worker
+
+from django_pgjobs import job, signals
+from django_pgjobs.models import DeadLetter, Job
+from testproject.demo import jobs as demo
+from testproject.demo.models import Counter, Execution, Signup
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_successful_jobs_are_deleted_by_default():
+    for i in range(25):
+        demo.record.enqueue(f"job-{i}")
+    worker = run_worker(concurrency=3)
+    assert Job.objects.count() == 0
+    assert Execution.objects.count() == 25
+    assert worker.stats.succeeded == 25
+
+
+def test_retention_keeps_successful_jobs(settings):
+    settings.PGJOBS = {**settings.PGJOBS, "KEEP_SUCCEEDED_SECONDS": 3600}
+    job_row = demo.record.enqueue("kept")
+    run_worker()
+    kept = Job.objects.get(pk=job_row.pk)
+    assert kept.status == "successful" and kept.finished_at is not None
+
+
+def test_retry_with_backoff_then_success():
+    enqueued = demo.flaky.enqueue("flaky", fail_times=2)
+    started = time.monotonic()
+    drain()
+    executions = list(Execution.objects.filter(label="flaky").order_by("attempt"))
+    assert [e.attempt for e in executions] == [1, 2, 3]
+    # backoff: base 0.2s, factor 2, jitter <= 50% -> at least 0.1 + 0.2 seconds of waiting
+    assert time.monotonic() - started >= 0.3
+    assert not Job.objects.filter(pk=enqueued.pk).exists()
+    assert not DeadLetter.objects.exists()
+
+
+def test_failed_attempt_keeps_error_and_waits_for_backoff():
+    enqueued = demo.flaky.enqueue("wait", fail_times=5)
+    run_worker()
+    row = Job.objects.get(pk=enqueued.pk)
+    assert row.status == "ready" and row.attempts == 1 and row.view == "retrying"
+    assert row.run_after > row.started_at
+    (error,) = row.errors
+    assert error["type"] == "ConnectionError"
+    assert "flaky service unavailable" in error["message"]
+    assert 'raise ConnectionError(f"flaky service unavailable' in error["traceback"]
+
+
+def test_exhaustion_moves_job_to_dead_letters_with_every_traceback():
+    enqueued = demo.always_fails.enqueue("boom")
+    drain()
+    assert not Job.objects.exists()
+    dead = DeadLetter.objects.get(job_id=enqueued.pk)
+    assert dead.attempts == dead.max_attempts == 3
+    assert [e["attempt"] for e in dead.errors] == [1, 2, 3]
+    assert all("raise ValueError(message)" in e["traceback"] for e in dead.errors)
+    assert dead.error_type == "ValueError"
+    assert dead.reason.startswith("attempts exhausted (3/3): ValueError: boom")
+    assert dead.args == ["boom"] and dead.created_at == enqueued.created_at
+
+
+def test_atomic_job_that_writes_then_raises_leaves_no_write():
+    demo.write_then_fail.enqueue("atomic-fail")
+    drain()
+    assert not Execution.objects.filter(label="atomic-fail").exists()
+    dead = DeadLetter.objects.get()
+    assert dead.attempts == 2 and "failed after writing" in dead.reason
+
+
+def test_atomic_job_commits_its_writes_with_completion():
+    signup = Signup.objects.create(email="a@example.com")
+    demo.send_welcome_email.enqueue(signup.pk)
+    run_worker()
+    signup.refresh_from_db()
+    assert signup.welcomed_at is not None
+    assert not Job.objects.exists()
+
+
+def test_atomic_job_whose_lease_was_lost_rolls_back(monkeypatch):
+    """Fencing inside the atomic transaction: if the claim token changed, nothing commits."""
+    from django_pgjobs import operations
+
+    original = operations.complete_jobs
+
+    def steal_then_complete(conn, jobs):
+        # Another worker rescued and re-claimed the job meanwhile: new token.
+        with connection.cursor() as cursor:
+            cursor.execute("UPDATE pgjobs_job SET claim_token = gen_random_uuid()")
+        return original(conn, jobs)
+
+    monkeypatch.setattr(operations, "complete_jobs", steal_then_complete)
+    demo.record_atomic.enqueue("stolen")
+    worker = run_worker()
+    assert worker.stats.lost == 1
+    assert not Execution.objects.filter(label="stolen").exists()
+    assert not Counter.objects.filter(name="stolen").exists()
+
+
+def test_forged_row_naming_an_unregistered_callable_is_dead_lettered_never_run(tmp_path):
+    marker = tmp_path / "pwned"
+    Job.objects.create(name="os.system", args=[f"touch {marker}"])
+    Job.objects.create(name="subprocess.run", args=[["touch", str(marker)]])
+    Job.objects.create(name="builtins.eval", args=["__import__('os').getpid()"])
+    run_worker()
+    assert not marker.exists()
+    dead = list(DeadLetter.objects.order_by("job_id"))
+    assert [d.name for d in dead] == ["os.system", "subprocess.run", "builtins.eval"]
+    assert all(d.error_type == "UnknownJob" for d in dead)
+    assert "unknown job 'os.system'" in dead[0].reason
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, fragment",
+    [
+        ({"label": "x"}, {}, "args must be a JSON array"),
+        (["x"], ["not", "a", "dict"], "kwargs must be a JSON object"),
+        (["x", 1, 2, 3], {}, "too many positional arguments"),
+        ([], {"nope": 1}, "missing a required argument"),
+        ("just a string", {}, "args must be a JSON array"),
+    ],
+)
+def test_rows_whose_arguments_do_not_fit_are_dead_lettered(args, kwargs, fragment):
+    Job.objects.create(name=demo.record.name, args=args, kwargs=kwargs)
+    demo.record.enqueue("fine")
+    worker = run_worker()
+    dead = DeadLetter.objects.get()
+    assert dead.error_type == "BadArguments" and fragment in dead.reason
+    assert worker.stats.succeeded == 1  # the worker kept going
+
+
+@job(max_attempts=1)
+def exits_with_system_exit() -> None:
+    raise SystemExit(3)
+
+
+def test_system_exit_in_a_job_is_a_failure_not_a_dead_worker():
+    exits_with_system_exit.enqueue()
+    demo.record.enqueue("after")
+    worker = run_worker()
+    dead = DeadLetter.objects.get()
+    assert dead.error_type == "SystemExit"
+    assert worker.stats.succeeded == 1
+
+
+def test_priority_then_due_time_order():
+    demo.record.using(priority=-5).enqueue("low")
+    demo.record.enqueue("normal-1")
+    demo.record.using(priority=10).enqueue("high")
+    demo.record.enqueue("normal-2")
+    run_worker(concurrency=1, batch_size=1)
+    order = list(Execution.objects.order_by("id").values_list("label", flat=True))
+    assert order == ["high", "normal-1", "normal-2", "low"]
+
+
+def test_queues_and_paused_queues():
+    from django_pgjobs import operations
+
+    demo.record.using(queue="a").enqueue("in-a")
+    demo.record.using(queue="b").enqueue("in-b")
+    demo.record.using(queue="c").enqueue("in-c")
+    operations.set_queue_paused(connection, "c", True)
+    run_worker(queues=["a", "c"])
+    assert set(Execution.objects.values_list("label", flat=True)) == {"in-a"}
+    run_worker()
+    assert set(Execution.objects.values_list("label", flat=True)) == {"in-a", "in-b"}
+    operations.set_queue_paused(connection, "c", False)
+    run_worker()
+    assert Execution.objects.count() == 3
+
+
+def test_scheduled_jobs_wait_for_run_after():
+    demo.record.using(delay=3600).enqueue("later")
+    run_worker()
+    assert Execution.objects.count() == 0
+    assert Job.objects.get().view == "scheduled"
+
+
+def test_max_jobs_stops_after_n():
+    for i in range(7):
+        demo.record.enqueue(str(i))
+    worker = run_worker(burst=False, max_jobs=3, concurrency=2)
+    assert worker.stats.succeeded == 3
+    assert Job.objects.count() == 4
+
+
+def test_signals_fire(caplog):
+    seen = []
+
+    def on(signal_name):
+        def receiver(sender, **kwargs):
+            seen.append(signal_name)
+
+        return receiver
+
+    receivers = {
+        signals.job_started: on("started"),
+        signals.job_succeeded: on("succeeded"),
+        signals.job_failed: on("failed"),
+        signals.job_dead_lettered: on("dead"),
+    }
+    for sig, receiver in receivers.items():
+        sig.connect(receiver)
+    try:
+        demo.record.enqueue("s")
+        demo.flaky.enqueue("f", fail_times=1)
+        Job.objects.create(name="nope.nope")
+        run_worker()
+    finally:
+        for sig, receiver in receivers.items():
+            sig.disconnect(receiver)
+    assert seen.count("started") == 2 and "succeeded" in seen
+    assert "failed" in seen and "dead" in seen
+
+
+def test_logs_start_failures_and_summary(caplog):
+    caplog.set_level(logging.INFO, logger="django_pgjobs")
+    demo.always_fails.enqueue("logged")
+    run_worker(concurrency=2)
+    text = caplog.text
+    assert "started: queues=all concurrency=2" in text
+    assert "failed (attempt 1/3): ValueError: logged; retrying in" in text
+    assert "stopped: processed=1" in text
+
+
+def test_heartbeat_extends_leases(settings):
+    settings.PGJOBS = {**settings.PGJOBS, "LEASE_SECONDS": 2, "HEARTBEAT_SECONDS": 0.5}
+    demo.record.enqueue("slow", sleep=3)
+    run_worker()
+    # It ran once even though it took longer than its lease: the heartbeat kept it.
+    assert Execution.objects.filter(label="slow").count() == 1
+    assert not Job.objects.exists()
+
+
+def test_worker_registers_and_unregisters():
+    from django_pgjobs.models import Worker as WorkerRow
+
+    seen = []
+
+    def peek(sender, **kwargs):
+        seen.extend(WorkerRow.objects.values_list("pid", flat=True))
+
+    signals.job_started.connect(peek)
+    try:
+        demo.record.enqueue("x")
+        run_worker()
+    finally:
+        signals.job_started.disconnect(peek)
+    assert seen == [os.getpid()]
+    assert not WorkerRow.objects.exists()
