@@ -1,0 +1,155 @@
+"""Settings (conf.py), system checks (checks.py), the backoff policy and job registration."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.test import override_settings
+
+from django_pgjobs import RetryPolicy, job
+from django_pgjobs.checks import check_database, check_settings
+from django_pgjobs.conf import ConfigError, get_config
+from django_pgjobs.registry import JobAlreadyRegistered, registered
+
+
+def ids(messages):
+    return [m.id for m in messages]
+
+
+def test_defaults():
+    with override_settings(PGJOBS={}):
+        config = get_config()
+        assert config.DATABASE == "default" and config.LEASE_SECONDS == 60
+        assert config.KEEP_SUCCEEDED_SECONDS == 0 and config.LISTEN_NOTIFY is True
+
+
+def test_override_settings_clears_the_cache():
+    with override_settings(PGJOBS={"DEFAULT_QUEUE": "one"}):
+        assert get_config().DEFAULT_QUEUE == "one"
+    with override_settings(PGJOBS={"DEFAULT_QUEUE": "two"}):
+        assert get_config().DEFAULT_QUEUE == "two"
+
+
+@pytest.mark.parametrize(
+    "pgjobs, fragment",
+    [
+        ({"LEASE_SECONDZ": 1}, "unknown key 'LEASE_SECONDZ'"),
+        ({"LEASE_SECONDS": "60"}, "LEASE_SECONDS must be int or float"),
+        ({"LEASE_SECONDS": 0}, "LEASE_SECONDS must be greater than 0"),
+        ({"LISTEN_NOTIFY": "yes"}, "LISTEN_NOTIFY must be bool"),
+        ({"RETRY_JITTER": 2}, "RETRY_JITTER must be between 0 and 1"),
+        ({"HEARTBEAT_SECONDS": 40, "LEASE_SECONDS": 60}, "at most half of LEASE_SECONDS"),
+        ({"DEFAULT_MAX_ATTEMPTS": True}, "DEFAULT_MAX_ATTEMPTS must be a number"),
+        ({"KEEP_SUCCEEDED_SECONDS": -1}, "KEEP_SUCCEEDED_SECONDS must be 0 or more"),
+    ],
+)
+def test_invalid_settings_are_reported_by_check_e002(pgjobs, fragment):
+    with override_settings(PGJOBS=pgjobs):
+        messages = check_settings()
+        assert ids(messages) and set(ids(messages)) == {"pgjobs.E002"}
+        assert any(fragment in m.msg for m in messages), [m.msg for m in messages]
+        with pytest.raises(ConfigError, match="settings.PGJOBS"):
+            get_config()
+
+
+def test_pgjobs_must_be_a_dict():
+    with override_settings(PGJOBS=["LEASE_SECONDS"]):
+        assert ids(check_settings()) == ["pgjobs.E002"]
+
+
+@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
+def test_non_postgresql_database_is_check_e001():
+    from django.conf import settings
+    from django.db import connections
+
+    databases = {**settings.DATABASES, "lite": {"ENGINE": "django.db.backends.sqlite3"}}
+
+    def reset_connection_settings():
+        connections.__dict__.pop("settings", None)
+        connections._settings = None
+
+    try:
+        with override_settings(DATABASES=databases, PGJOBS={"DATABASE": "lite"}):
+            reset_connection_settings()
+            messages = check_database()
+            del connections["lite"]
+    finally:
+        reset_connection_settings()
+    assert ids(messages) == ["pgjobs.E001"]
+    assert "needs PostgreSQL" in messages[0].msg
+
+
+def test_unknown_database_alias_is_check_e003():
+    with override_settings(PGJOBS={"DATABASE": "nope"}):
+        assert ids(check_database()) == ["pgjobs.E003"]
+
+
+def test_valid_configuration_passes_checks():
+    assert check_settings() == [] and check_database() == []
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["--concurrency", "0"], "concurrency"),
+        (["--batch-size", "-1"], "batch-size"),
+        (["--max-jobs", "zero"], "max-jobs"),
+        (["--poll-interval", "0"], "poll-interval"),
+        (["--queue", "bad queue'"], "queue must be"),
+    ],
+)
+def test_runjobs_rejects_out_of_range_options(argv, fragment):
+    with pytest.raises(CommandError, match=fragment):
+        call_command("runjobs", *argv)
+
+
+def test_backoff_is_exponential_capped_and_jittered():
+    policy = RetryPolicy(base_seconds=1, factor=2, cap_seconds=10, jitter=0.5)
+    assert [policy.ceiling(n) for n in range(1, 7)] == [1, 2, 4, 8, 10, 10]
+    rng = random.Random(7)
+    delays = [policy.delay(3, rng) for _ in range(200)]
+    assert all(2 <= d <= 4 for d in delays)
+    assert max(delays) - min(delays) > 1  # spread out, not all equal
+    assert RetryPolicy(jitter=0).delay(2) == 4
+    assert policy.ceiling(10_000) == 10  # no overflow
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"base_seconds": -1}, {"factor": 0.5}, {"jitter": 1.5}, {"cap_seconds": "1"}]
+)
+def test_retry_policy_validates(kwargs):
+    with pytest.raises(ValueError):
+        RetryPolicy(**kwargs)
+
+
+def test_bare_decorator_registers_module_level_functions():
+    from testproject.demo.jobs import noop
+
+    assert registered()["testproject.demo.jobs.noop"] is noop
+    assert noop.get_queue() == "default" and noop.get_max_attempts() == 5
+
+
+def test_job_decorator_forms_and_validation():
+    @job(name="custom.name", queue="q", priority=5)
+    def configured() -> None: ...
+
+    assert registered()["custom.name"] is configured
+    assert configured.get_queue() == "q" and configured() is None
+    with pytest.raises(ValueError, match="priority"):
+        job(name="custom.priority", priority=1000)(lambda: None)
+    with pytest.raises(JobAlreadyRegistered):
+
+        @job(name="custom.name")
+        def other() -> None: ...
+
+
+def test_local_functions_need_a_name():
+    def make():
+        @job
+        def local() -> None: ...
+
+    with pytest.raises(ValueError, match="module-level"):
+        make()
