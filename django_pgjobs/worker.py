@@ -602,7 +602,7 @@ class Worker:
                 self._wake()  # anything enqueued while we were not listening
                 delay = 0.5
                 while not self._stop.is_set():
-                    for notify in raw.notifies(timeout=1.0):
+                    for notify in raw.notifies(timeout=0.25):
                         if wanted is None or notify.payload in wanted:
                             self._wake()
                         if self._stop.is_set():
