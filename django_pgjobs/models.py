@@ -3,6 +3,7 @@ migrations, the admin and users' own queries."""
 
 from __future__ import annotations
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
@@ -11,24 +12,29 @@ from .limits import PRIORITY_MAX, PRIORITY_MIN, QUEUE_NAME_MAX
 from .states import Status, View
 
 
+def view_condition(view: str, now=None) -> Q:
+    """The rows of one operator view of ``states.View``, as a ``Q``."""
+    now = now or timezone.now()
+    if view == View.DUE:
+        return Q(status=Status.READY, attempts=0, run_after__lte=now)
+    if view == View.SCHEDULED:
+        return Q(status=Status.READY, attempts=0, run_after__gt=now)
+    if view == View.RETRYING:
+        return Q(status=Status.READY, attempts__gt=0)
+    if view == View.RUNNING:
+        return Q(status=Status.RUNNING)
+    if view == View.SUCCESSFUL:
+        return Q(status=Status.SUCCESSFUL)
+    raise ValueError(f"unknown view {view!r}")
+
+
 class JobQuerySet(models.QuerySet):
     def ready(self):
         return self.filter(status=Status.READY)
 
     def in_view(self, view: str):
         """Jobs in one of the operator views of ``states.View``."""
-        now = timezone.now()
-        if view == View.DUE:
-            return self.filter(status=Status.READY, attempts=0, run_after__lte=now)
-        if view == View.SCHEDULED:
-            return self.filter(status=Status.READY, attempts=0, run_after__gt=now)
-        if view == View.RETRYING:
-            return self.filter(status=Status.READY, attempts__gt=0)
-        if view == View.RUNNING:
-            return self.filter(status=Status.RUNNING)
-        if view == View.SUCCESSFUL:
-            return self.filter(status=Status.SUCCESSFUL)
-        raise ValueError(f"unknown view {view!r}")
+        return self.filter(view_condition(view))
 
     def lease_expired(self):
         return self.filter(status=Status.RUNNING, lease_expires_at__lt=timezone.now())
@@ -156,6 +162,7 @@ class DeadLetter(models.Model):
             models.Index(F("failed_at").desc(), F("id").desc(), name="pgjobs_dl_failed_idx"),
             models.Index("error_type", "failed_at", name="pgjobs_dl_type_idx"),
             models.Index("name", "failed_at", name="pgjobs_dl_name_idx"),
+            models.Index("queue", "failed_at", name="pgjobs_dl_queue_idx"),
         ]
 
     def __str__(self) -> str:
@@ -199,3 +206,36 @@ class QueueState(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class QueueStat(models.Model):
+    """What the workers of one queue did in one minute, for the admin dashboard.
+
+    Finished jobs are deleted, so throughput, failure rate and wait percentiles need this
+    aggregate. Workers count in memory and add their counts with one upsert every few seconds
+    (``metrics.QueueMetrics``); rows older than ``metrics.KEEP_SECONDS`` are pruned.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    queue = models.CharField(max_length=QUEUE_NAME_MAX)
+    minute = models.DateTimeField(help_text="Start of the minute (database clock).")
+    succeeded = models.IntegerField(default=0)
+    retried = models.IntegerField(default=0, help_text="Failed attempts that will be retried.")
+    dead = models.IntegerField(default=0, help_text="Jobs moved to the dead letters by a worker.")
+    wait_buckets = ArrayField(
+        models.IntegerField(),
+        default=list,
+        help_text="Claims per wait-time bucket (``metrics.WAIT_BUCKET_BOUNDS``); wait is the "
+        "time from due (run_after) to claim.",
+    )
+
+    class Meta:
+        db_table = "pgjobs_stat"
+        ordering = ["-minute", "queue"]
+        constraints = [
+            models.UniqueConstraint("queue", "minute", name="pgjobs_stat_queue_minute"),
+        ]
+        indexes = [models.Index("minute", name="pgjobs_stat_minute_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.queue} @ {self.minute:%Y-%m-%d %H:%M}"

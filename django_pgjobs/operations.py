@@ -261,3 +261,32 @@ def run_jobs_now(connection: Connection, ids: Sequence[int]) -> list[int]:
 def cancel_jobs(connection: Connection, ids: Sequence[int]) -> list[int]:
     """Delete waiting jobs; running jobs are left alone."""
     return db.ids_of(db.execute(connection, "cancel_jobs", {"ids": list(ids)}))
+
+
+# -- statistics (worker -> dashboard) -----------------------------------------------------------
+
+
+def record_queue_stats(connection: Connection, counts: dict[str, Any]) -> None:
+    """Add per-queue counts to the current minute of ``pgjobs_stat`` in one upsert.
+
+    ``counts`` maps a queue name to an object with ``succeeded``, ``retried``, ``dead`` and
+    ``wait_buckets`` (see ``metrics.QueueMetrics``).
+    """
+    if not counts:
+        return
+    queues = sorted(counts)  # one lock order for every worker
+    db.execute(
+        connection,
+        "record_queue_stats",
+        {
+            "queues": queues,
+            "succeeded": [counts[q].succeeded for q in queues],
+            "retried": [counts[q].retried for q in queues],
+            "dead": [counts[q].dead for q in queues],
+            "waits": ["{" + ",".join(map(str, counts[q].wait_buckets)) + "}" for q in queues],
+        },
+    )
+
+
+def prune_queue_stats(connection: Connection, keep_seconds: float) -> None:
+    db.execute(connection, "prune_queue_stats", {"keep_seconds": keep_seconds})

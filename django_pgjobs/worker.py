@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 
-from . import operations, registry, signals
+from . import metrics, operations, registry, signals
 from .conf import get_config
 from .context import reset_current_job, set_current_job
 from .operations import ClaimedJob
@@ -159,6 +159,7 @@ class Worker:
         self.id = f"{self.hostname}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
         self.stats = Stats()
+        self.metrics = metrics.QueueMetrics()  # per-queue counts for the admin dashboard
         self._events: queue_module.Queue = queue_module.Queue()
         self._todo: queue_module.Queue = queue_module.Queue()
         self._held: dict[int, ClaimedJob] = {}  # claimed and not finished (queued or running)
@@ -203,6 +204,7 @@ class Worker:
             try:
                 self._drain_events(block_for=0)
                 self._flush_acks()
+                self.metrics.maybe_flush(self._connection())
                 now = time.monotonic()
                 if now >= next_heartbeat:
                     self._heartbeat()
@@ -279,6 +281,7 @@ class Worker:
             lease_seconds=self.lease_seconds,
         )
         self.stats.claimed += len(jobs)
+        self.metrics.claimed(jobs)
         for job in jobs:
             self._held[job.id] = job
             self._dispatch(job)
@@ -388,6 +391,7 @@ class Worker:
             if item.acked:
                 self._finish(item.job)
                 self.stats.succeeded += 1
+                self.metrics.succeeded(item.job)
             else:
                 self._acks.append(item.job)
         elif isinstance(item, _Failed):
@@ -416,6 +420,7 @@ class Worker:
             self._finish(job)
             if job.id in done:
                 self.stats.succeeded += 1
+                self.metrics.succeeded(job)
             else:
                 self.stats.lost += 1
                 logger.warning(
@@ -440,6 +445,7 @@ class Worker:
         self._finish(job)
         if self._with_retries(lambda: operations.retry_job(self._connection(), job, entry, delay)):
             self.stats.retried += 1
+            self.metrics.retried(job)
             _send(signals.job_failed, job=job, error=error, retry_in=delay)
             logger.warning(
                 "job %s #%s failed (attempt %d/%d): %s; retrying in %.1fs",
@@ -465,6 +471,7 @@ class Worker:
             self.stats.lost += 1
             return
         self.stats.dead_lettered += 1
+        self.metrics.dead(job)
         _send(signals.job_dead_lettered, job=job, reason=reason)
         logger.error("job %s #%s dead-lettered (#%s): %s", job.name, job.id, dead_id, reason)
 
@@ -541,6 +548,7 @@ class Worker:
         self._stop.set()
         try:
             self._flush_acks()
+            self.metrics.maybe_flush(self._connection(), force=True)
             operations.unregister_worker(self._connection(), self.id)
         except DatabaseError as error:
             logger.warning("could not finish cleanly: %s", _one_line(error))

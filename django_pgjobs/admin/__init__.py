@@ -1,0 +1,19 @@
+"""The operator's admin: jobs, dead letters, queues, workers and a dashboard.
+
+Pages and the permission each needs are listed in docs/reference/admin.md. Every change goes
+through ``django_pgjobs.operations``; see ``admin.base`` for the permission model.
+"""
+
+from django.contrib import admin
+
+from ..models import DeadLetter, Job, QueueState, Worker
+from .dead_letters import DeadLetterAdmin
+from .jobs import JobAdmin
+from .queues import QueueStateAdmin, WorkerAdmin
+
+admin.site.register(Job, JobAdmin)
+admin.site.register(DeadLetter, DeadLetterAdmin)
+admin.site.register(QueueState, QueueStateAdmin)
+admin.site.register(Worker, WorkerAdmin)
+
+__all__ = ["DeadLetterAdmin", "JobAdmin", "QueueStateAdmin", "WorkerAdmin"]

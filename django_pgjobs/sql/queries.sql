@@ -229,9 +229,15 @@ DELETE FROM pgjobs_worker WHERE id = %(id)s;
 -- Move dead letters back to pgjobs_job as fresh 'ready' jobs (attempts reset, error history
 -- kept), in one statement: each dead letter disappears exactly when its job reappears.
 -- Concurrent requeues of the same row: the second DELETE finds nothing, so one job results.
+-- A dead letter whose unique_key is held by a ready or running job stays where it is (requeueing
+-- it would break the key's promise); callers report the ids that did not come back.
 WITH moved AS (
-    DELETE FROM pgjobs_deadletter
-    WHERE id = ANY(%(ids)s::bigint[])
+    DELETE FROM pgjobs_deadletter AS d
+    WHERE d.id = ANY(%(ids)s::bigint[])
+      AND NOT EXISTS (
+          SELECT 1 FROM pgjobs_job AS j
+          WHERE j.unique_key = d.unique_key AND j.status IN ('ready', 'running')
+      )
     RETURNING *
 )
 INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
@@ -256,3 +262,134 @@ RETURNING id;
 DELETE FROM pgjobs_job
 WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready'
 RETURNING id;
+
+-- Statements of the admin dashboard and the per-minute queue statistics (pgjobs_stat).
+
+-- name: record_queue_stats
+-- Add one worker's counts of the last few seconds to the current minute of each queue. One
+-- statement per flush; queues arrive sorted so concurrent workers lock rows in the same order.
+INSERT INTO pgjobs_stat (queue, minute, succeeded, retried, dead, wait_buckets)
+SELECT q, date_trunc('minute', now()), s, r, d, w::int[]
+FROM unnest(%(queues)s::text[], %(succeeded)s::int[], %(retried)s::int[], %(dead)s::int[],
+            %(waits)s::text[]) AS counts(q, s, r, d, w)
+ON CONFLICT (queue, minute) DO UPDATE
+SET succeeded = pgjobs_stat.succeeded + EXCLUDED.succeeded,
+    retried = pgjobs_stat.retried + EXCLUDED.retried,
+    dead = pgjobs_stat.dead + EXCLUDED.dead,
+    wait_buckets = ARRAY(
+        SELECT COALESCE(a, 0) + COALESCE(b, 0)
+        FROM unnest(pgjobs_stat.wait_buckets, EXCLUDED.wait_buckets) AS pair(a, b)
+    );
+
+-- name: prune_queue_stats
+-- Forget per-minute statistics older than `keep_seconds`.
+DELETE FROM pgjobs_stat WHERE minute < now() - %(keep_seconds)s * interval '1 second';
+
+-- name: queue_stats_since
+-- Per-minute statistics of every queue since `since` (the dashboard's rates and chart).
+SELECT queue, minute, succeeded, retried, dead, wait_buckets
+FROM pgjobs_stat
+WHERE minute >= %(since)s
+ORDER BY minute, queue;
+
+-- name: live_jobs_by_queue
+-- Ready and running jobs per queue, split into the operator views of states.View, with the
+-- oldest due time and the leases past expiry. Reads only live rows (pgjobs_job_queue_status_idx),
+-- never retained history.
+SELECT queue,
+       count(*) FILTER (WHERE status = 'ready' AND attempts = 0 AND run_after <= now()) AS due,
+       count(*) FILTER (WHERE status = 'ready' AND attempts = 0 AND run_after > now())
+           AS scheduled,
+       count(*) FILTER (WHERE status = 'ready' AND attempts > 0) AS retrying,
+       count(*) FILTER (WHERE status = 'running') AS running,
+       count(*) FILTER (WHERE status = 'running' AND lease_expires_at < now()) AS lease_expired,
+       min(run_after) FILTER (WHERE status = 'ready' AND run_after <= now()) AS oldest_due,
+       now() AS measured_at
+FROM pgjobs_job
+WHERE status IN ('ready', 'running')
+GROUP BY queue
+ORDER BY queue;
+
+-- name: dead_letters_by_queue
+-- Dead letters per queue: all of them and those of the last hour (index-only on queue).
+SELECT queue, count(*) AS dead,
+       count(*) FILTER (WHERE failed_at > now() - interval '1 hour') AS dead_last_hour
+FROM pgjobs_deadletter
+GROUP BY queue
+ORDER BY queue;
+
+-- name: dead_letter_groups
+-- Dead letters of the last 7 days grouped by error type and job name, with 1 h / 24 h / 7 d
+-- counts, the latest failure and its reason; at most `limit` groups, biggest first.
+WITH groups AS (
+    SELECT error_type, name,
+           count(*) FILTER (WHERE failed_at > now() - interval '1 hour') AS last_hour,
+           count(*) FILTER (WHERE failed_at > now() - interval '24 hours') AS last_day,
+           count(*) AS last_week,
+           max(failed_at) AS latest
+    FROM pgjobs_deadletter
+    WHERE failed_at > now() - interval '7 days'
+    GROUP BY error_type, name
+    ORDER BY last_week DESC, error_type, name
+    LIMIT %(limit)s
+)
+SELECT groups.*, sample.reason
+FROM groups
+CROSS JOIN LATERAL (
+    SELECT reason FROM pgjobs_deadletter AS d
+    WHERE d.error_type = groups.error_type AND d.name = groups.name
+    ORDER BY d.failed_at DESC
+    LIMIT 1
+) AS sample;
+
+-- name: job_queue_names
+-- Distinct queues of pgjobs_job, dead letters, paused queues and recent statistics. The two
+-- big tables are read with a loose index scan (one index probe per distinct queue), so the cost
+-- follows the number of queues, not of rows.
+WITH RECURSIVE job_queues(queue) AS (
+    (SELECT queue FROM pgjobs_job ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM pgjobs_job AS j WHERE j.queue > job_queues.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM job_queues WHERE job_queues.queue IS NOT NULL
+),
+dead_queues(queue) AS (
+    (SELECT queue FROM pgjobs_deadletter ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT d.queue FROM pgjobs_deadletter AS d WHERE d.queue > dead_queues.queue
+            ORDER BY d.queue LIMIT 1)
+    FROM dead_queues WHERE dead_queues.queue IS NOT NULL
+)
+SELECT queue AS name FROM job_queues WHERE queue IS NOT NULL
+UNION SELECT queue FROM dead_queues WHERE queue IS NOT NULL
+UNION SELECT name FROM pgjobs_queue
+UNION SELECT queue FROM pgjobs_stat WHERE minute > now() - interval '1 hour'
+ORDER BY name;
+
+-- name: dead_letter_names
+-- Distinct job names among dead letters (loose scan of pgjobs_dl_name_idx).
+WITH RECURSIVE names(name) AS (
+    (SELECT name FROM pgjobs_deadletter ORDER BY name LIMIT 1)
+    UNION ALL
+    SELECT (SELECT d.name FROM pgjobs_deadletter AS d WHERE d.name > names.name
+            ORDER BY d.name LIMIT 1)
+    FROM names WHERE names.name IS NOT NULL
+)
+SELECT name FROM names WHERE name IS NOT NULL;
+
+-- name: dead_letter_error_types
+-- Distinct error types among dead letters (loose scan of pgjobs_dl_type_idx).
+WITH RECURSIVE types(error_type) AS (
+    (SELECT error_type FROM pgjobs_deadletter ORDER BY error_type LIMIT 1)
+    UNION ALL
+    SELECT (SELECT d.error_type FROM pgjobs_deadletter AS d
+            WHERE d.error_type > types.error_type ORDER BY d.error_type LIMIT 1)
+    FROM types WHERE types.error_type IS NOT NULL
+)
+SELECT error_type AS name FROM types WHERE error_type IS NOT NULL;
+
+-- name: table_row_estimates
+-- The planner's row estimates of the two big tables (free; refreshed by autovacuum/ANALYZE).
+SELECT relname AS name, GREATEST(reltuples, 0)::bigint AS rows
+FROM pg_class
+WHERE relname IN ('pgjobs_job', 'pgjobs_deadletter') AND relkind = 'r';

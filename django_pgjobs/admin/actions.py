@@ -1,0 +1,104 @@
+"""The operator actions on jobs and dead letters, each one function of ``operations``.
+
+An action is offered only where it is valid: ``views`` lists the job views (``states.View``) it
+applies to, and the list page only offers the actions valid for the view it shows. The
+operations re-check validity in SQL (``status = 'ready'``...), so a job claimed between the click
+and the statement is left alone and reported as skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from .. import operations
+from ..states import View
+from .base import plural
+
+WAITING = frozenset({View.DUE, View.SCHEDULED, View.RETRYING})
+
+
+@dataclass(frozen=True)
+class Action:
+    name: str
+    label: str
+    description: str  # shown in the changelist's action menu
+    permission: str  # "operate" (change_<model>) or "remove" (delete_<model>)
+    operation: Callable[..., list[int]]
+    done: str  # "{n}" is replaced by e.g. "12 jobs"
+    views: frozenset[str] = frozenset()  # job views it applies to (jobs only)
+    noun: str = "job"
+
+    def message(self, count: int) -> str:
+        return self.done.format(n=plural(count, self.noun))
+
+    def skipped(self, count: int, why: str) -> str:
+        if not count:
+            return ""
+        was = "was" if count == 1 else "were"
+        return f"{plural(count, 'selected ' + self.noun)} {was} left alone ({why})."
+
+
+JOB_ACTIONS: dict[str, Action] = {
+    action.name: action
+    for action in (
+        Action(
+            name="run_now",
+            label="Run now",
+            description="Run selected scheduled jobs now",
+            permission="operate",
+            operation=operations.run_jobs_now,
+            done="Set {n} to run now.",
+            views=frozenset({View.SCHEDULED}),
+        ),
+        Action(
+            name="retry_now",
+            label="Retry now",
+            description="Retry selected retrying jobs now",
+            permission="operate",
+            operation=operations.run_jobs_now,
+            done="Set {n} to retry now.",
+            views=frozenset({View.RETRYING}),
+        ),
+        Action(
+            name="cancel",
+            label="Cancel job",
+            description="Cancel selected waiting jobs (delete them)",
+            permission="remove",
+            operation=operations.cancel_jobs,
+            done="Cancelled {n}.",
+            views=WAITING,
+        ),
+    )
+}
+
+DEAD_LETTER_ACTIONS: dict[str, Action] = {
+    action.name: action
+    for action in (
+        Action(
+            name="requeue",
+            label="Requeue",
+            description="Requeue selected dead letters",
+            permission="operate",
+            operation=operations.requeue_dead_letters,
+            done="Requeued {n}.",
+        ),
+        Action(
+            name="delete",
+            label="Delete for good",
+            description="Delete selected dead letters for good",
+            permission="remove",
+            operation=operations.delete_dead_letters,
+            done="Deleted {n}.",
+            noun="dead letter",
+        ),
+    )
+}
+
+#: Job actions offered on the list page, per value of its ``view`` filter (None: no filter).
+JOB_ACTIONS_BY_FILTER: dict[str | None, Sequence[str]] = {
+    None: ("run_now", "retry_now", "cancel"),
+    View.DUE: ("cancel",),
+    View.SCHEDULED: ("run_now", "cancel"),
+    View.RETRYING: ("retry_now", "cancel"),
+}

@@ -1,0 +1,255 @@
+"""What every pgjobs ModelAdmin shares: read-only rows, operator permissions, bounded paging.
+
+Rows are never edited through forms: every change an operator makes is an action that runs one
+function of ``django_pgjobs.operations`` (the same code the worker uses). Actions map onto the
+model permissions Django already creates:
+
+- ``view_<model>``: see the pages;
+- ``change_<model>``: run now / retry now (jobs), requeue (dead letters), pause/resume (queues);
+- ``delete_<model>``: cancel (jobs), delete (dead letters).
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.urls import path, reverse
+from django.utils.functional import cached_property
+from django.utils.html import format_html
+from django.utils.http import url_has_allowed_host_and_scheme
+
+from .. import db, metrics
+from . import display
+
+#: Pages count at most this many matching rows; beyond it they say "10,000+" and stop paging.
+COUNT_CAP = 10_000
+#: Largest number of rows one bulk action touches ("select all" on a huge filter included); the
+#: same as the count cap, so "Select all 10000" does what it says.
+BULK_LIMIT = COUNT_CAP
+
+
+class CappedPaginator(Paginator):
+    """Counts with ``SELECT count(*) FROM (... LIMIT COUNT_CAP + 1)``: a page costs the same on a
+    table of a thousand rows or of ten million. Pages past the cap are not offered."""
+
+    cap = COUNT_CAP
+
+    @cached_property
+    def count(self) -> int:
+        return self.object_list[: self.cap + 1].count()
+
+    @property
+    def capped(self) -> bool:
+        return self.count > self.cap
+
+
+class ValueFilter(admin.SimpleListFilter):
+    """Exact match on one column; ``values_from(connection)`` lists the values (a named statement
+    with a loose index scan, so the filter costs one probe per distinct value)."""
+
+    field = ""
+    values_from = None
+
+    def lookups(self, request, model_admin):
+        return [(value, value or "(none)") for value in self.values_from(model_admin.connection())]
+
+    def queryset(self, request, queryset):
+        if self.value() is None:
+            return queryset
+        return queryset.filter(**{self.field: self.value()})
+
+
+class QueueFilter(ValueFilter):
+    title = "queue"
+    parameter_name = field = "queue"
+    values_from = staticmethod(metrics.queue_names)
+
+
+class CappedChangeList(ChangeList):
+    """A ChangeList whose ``result_count`` stops at ``COUNT_CAP``; ``count_capped`` tells the
+    templates to say "10,000+"."""
+
+    def get_results(self, request):
+        super().get_results(request)
+        self.count_capped = self.result_count > COUNT_CAP
+        self.result_count = min(self.result_count, COUNT_CAP)
+        self.multi_page = self.result_count > self.list_per_page
+        self.can_show_all = self.result_count <= self.list_max_show_all and not self.count_capped
+
+
+def plural(count: int, singular: str, plural_form: str | None = None) -> str:
+    return f"{count:,} {singular if count == 1 else (plural_form or singular + 's')}"
+
+
+class OperatorAdmin(admin.ModelAdmin):
+    """Read-only ModelAdmin whose changes are operator actions (see the module docstring)."""
+
+    paginator = CappedPaginator
+    show_full_result_count = False
+    list_per_page = 50
+    list_max_show_all = 200
+    sortable_by = ()  # sorting 1,000,000 rows by any column is not free; order is per view
+    actions_on_bottom = False
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False  # detail pages are read-only; changes go through actions
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False  # no ORM deletes; the "delete" action goes through operations
+
+    def _has_model_perm(self, request: HttpRequest, action: str) -> bool:
+        opts = self.opts
+        return request.user.has_perm(f"{opts.app_label}.{action}_{opts.model_name}")
+
+    def has_operate_permission(self, request: HttpRequest, obj=None) -> bool:
+        """Actions that change rows: ``change_<model>``."""
+        return self._has_model_perm(request, "change")
+
+    def has_remove_permission(self, request: HttpRequest, obj=None) -> bool:
+        """Actions that remove rows for good: ``delete_<model>``."""
+        return self._has_model_perm(request, "delete")
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
+
+    def url_name(self, suffix: str, model_name: str | None = None) -> str:
+        """Namespaced URL name of one of this app's admin pages (``reverse`` it)."""
+        model_name = model_name or self.opts.model_name
+        return f"{self.admin_site.name}:{self.opts.app_label}_{model_name}_{suffix}"
+
+    def route(self, pattern: str, view, suffix: str):
+        """A URL of an extra page: behind ``admin_site.admin_view`` (login, staff, no cache)."""
+        name = f"{self.opts.app_label}_{self.opts.model_name}_{suffix}"
+        return path(pattern, self.admin_site.admin_view(view), name=name)
+
+    def connection(self):
+        return db.jobs_connection()
+
+    def page_context(self, request: HttpRequest, title: str, **extra) -> dict:
+        """Context of a custom page: the admin's ``each_context`` plus the model's options."""
+        return {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": title,
+            "has_view_permission": self.has_view_permission(request),
+            **extra,
+        }
+
+    def bulk_ids(self, queryset) -> tuple[list[int], bool]:
+        """Ids of a selection, at most ``BULK_LIMIT``; True when the selection was larger."""
+        ids = list(queryset.order_by().values_list("id", flat=True)[: BULK_LIMIT + 1])
+        return ids[:BULK_LIMIT], len(ids) > BULK_LIMIT
+
+    def report(self, request, done: str, skipped: str = "", truncated: bool = False) -> None:
+        """One message per action: what was done ("Requeued 12 jobs."), and what was not."""
+        if skipped:
+            messages.warning(request, f"{done} {skipped}")
+        else:
+            messages.success(request, done)
+        if truncated:
+            messages.warning(
+                request,
+                f"Only the first {BULK_LIMIT:,} selected rows were processed; run the action "
+                "again for the rest.",
+            )
+
+
+class JobRowAdmin(OperatorAdmin):
+    """Shared by jobs and dead letters: arguments, attempts, errors, timeline, action buttons.
+
+    Subclasses name their ``row_actions`` and implement ``act_on`` (one action on one row,
+    POSTed by the buttons of the detail page, permission already checked).
+    """
+
+    row_actions: dict = {}
+
+    change_form_template = "admin/django_pgjobs/change_form.html"
+    change_list_template = "admin/django_pgjobs/change_list.html"
+
+    @admin.display(description="args")
+    def arguments(self, obj):
+        return format_html('<pre class="pgjobs-pre">{}</pre>', display.pretty_json(obj.args))
+
+    @admin.display(description="kwargs")
+    def keyword_arguments(self, obj):
+        return format_html('<pre class="pgjobs-pre">{}</pre>', display.pretty_json(obj.kwargs))
+
+    @admin.display(description="attempts")
+    def attempts_of_max(self, obj):
+        return f"{obj.attempts}/{obj.max_attempts}"
+
+    def actions_for(self, request, obj) -> list:
+        """The actions valid for ``obj`` (permissions aside)."""
+        return list(self.row_actions.values())
+
+    def act(self, request, object_id, action):
+        spec = self.row_actions.get(action)
+        if spec is None:
+            raise Http404("no such action")
+        refused = refuse_mutation(self, request, spec.permission)
+        if refused:
+            return refused
+        return self.act_on(request, object_id, spec)
+
+    def act_on(self, request, object_id, spec):
+        raise NotImplementedError
+
+    def extra_urls(self) -> list:
+        return []
+
+    def get_urls(self):
+        return [
+            *self.extra_urls(),
+            self.route("<path:object_id>/do/<str:action>/", self.act, "act"),
+            *super().get_urls(),
+        ]
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        obj = self.get_object(request, unquote(object_id))
+        extra = {}
+        if obj is not None:
+            extra = {
+                "job_errors": list(reversed(obj.errors or [])),
+                "timeline": display.timeline(obj, dead=not hasattr(obj, "status")),
+                "job_actions": [
+                    (action, reverse(self.url_name("act"), args=[obj.pk, action.name]))
+                    for action in self.actions_for(request, obj)
+                    if getattr(self, f"has_{action.permission}_permission")(request)
+                ],
+            }
+        return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})
+
+
+def refuse_mutation(model_admin, request: HttpRequest, permission: str) -> HttpResponse | None:
+    """Gate of every view that changes rows: a response for anything but POST (CSRF is checked
+    by the middleware), ``PermissionDenied`` (403) without ``has_<permission>_permission``,
+    None when the change may go ahead. Views are also wrapped in ``admin_site.admin_view``, which
+    sends anonymous users to the login page."""
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
+    if not getattr(model_admin, f"has_{permission}_permission")(request):
+        raise PermissionDenied
+    return None
+
+
+def require_view(model_admin: admin.ModelAdmin, request: HttpRequest) -> None:
+    if not model_admin.has_view_permission(request):
+        raise PermissionDenied
+
+
+def safe_next(request: HttpRequest, default: str) -> str:
+    target = request.POST.get("next") or request.GET.get("next") or ""
+    if target and url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return target
+    return default

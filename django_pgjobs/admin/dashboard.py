@@ -1,0 +1,112 @@
+"""The dashboard: one row per queue answering "is it keeping up?", the workers, a chart.
+
+Every number comes from ``django_pgjobs.metrics`` (named statements): live jobs per queue and
+view, dead letters, the per-minute statistics workers record, and the worker registry.
+"""
+
+from __future__ import annotations
+
+from django.template.response import TemplateResponse
+from django.utils import timezone
+
+from .. import metrics
+from ..conf import get_config
+from ..models import QueueState, Worker
+from . import display
+from .base import require_view
+
+CHART_WIDTH = 600
+CHART_HEIGHT = 120
+
+
+def chart_bars(points, width: int = CHART_WIDTH, height: int = CHART_HEIGHT) -> dict:
+    """Geometry of the throughput chart (stacked succeeded/failed bars per minute) for plain SVG."""
+    peak = max((s + f for _, s, f in points), default=0)
+    step = width / max(len(points), 1)
+    bars = []
+    for index, (minute, succeeded, failed) in enumerate(points):
+        h_ok = round(height * succeeded / peak, 1) if peak else 0
+        h_failed = round(height * failed / peak, 1) if peak else 0
+        bars.append(
+            {
+                "x": round(index * step, 1),
+                "width": max(round(step - 1, 1), 1),
+                "ok_y": round(height - h_ok, 1),
+                "ok_height": h_ok,
+                "failed_y": round(height - h_ok - h_failed, 1),
+                "failed_height": h_failed,
+                "label": f"{timezone.localtime(minute):%H:%M}: {succeeded} succeeded, "
+                f"{failed} failed",
+            }
+        )
+    return {"bars": bars, "peak": peak, "width": width, "height": height}
+
+
+def dashboard_view(model_admin, request):
+    require_view(model_admin, request)
+    connection = model_admin.connection()
+    queues, points = metrics.queue_overview(connection)
+    now = timezone.now()
+    heartbeat = get_config().HEARTBEAT_SECONDS
+    workers = []
+    for worker in Worker.objects.all():
+        silent = (now - worker.last_seen_at).total_seconds()
+        workers.append(
+            {
+                "worker": worker,
+                "alive": silent <= 3 * heartbeat,
+                "last_seen": display.relative(worker.last_seen_at, now),
+                "up_for": display.duration((now - worker.started_at).total_seconds()),
+                "queues": ", ".join(worker.queues) or "all",
+            }
+        )
+    widest = max((q.live for q in queues), default=0) or 1
+    rows = []
+    for queue in queues:
+        rows.append(
+            {
+                "queue": queue,
+                "oldest_due": display.duration(queue.oldest_due_seconds)
+                if queue.oldest_due_seconds is not None
+                else "–",
+                "p95": display.duration(queue.wait_p95) if queue.wait_samples else "–",
+                "p99": display.duration(queue.wait_p99) if queue.wait_samples else "–",
+                "failure_rate": "–"
+                if queue.failure_rate is None
+                else f"{queue.failure_rate * 100:.1f} %",
+                "bar": [
+                    (view, count, round(100 * count / widest, 2), display.VIEW_COLOURS[view])
+                    for view, count in (
+                        ("due", queue.due),
+                        ("scheduled", queue.scheduled),
+                        ("retrying", queue.retrying),
+                        ("running", queue.running),
+                    )
+                    if count
+                ],
+            }
+        )
+    queue_admin = model_admin.admin_site._registry.get(QueueState)
+    totals = {
+        key: sum(getattr(q, key) for q in queues)
+        for key in ("due", "scheduled", "retrying", "running", "lease_expired", "dead")
+    }
+    context = model_admin.page_context(
+        request,
+        "Jobs dashboard",
+        rows=rows,
+        totals=totals,
+        workers=workers,
+        workers_alive=sum(1 for w in workers if w["alive"]),
+        chart=chart_bars(points),
+        chart_minutes=metrics.CHART_MINUTES,
+        recent_minutes=metrics.RECENT_MINUTES,
+        estimates=metrics.table_row_estimates(connection),
+        can_pause=bool(queue_admin and queue_admin.has_operate_permission(request)),
+        legend=[
+            (view, display.VIEW_COLOURS[view])
+            for view in ("due", "scheduled", "retrying", "running")
+        ],
+        measured_at=now,
+    )
+    return TemplateResponse(request, "admin/django_pgjobs/dashboard.html", context)

@@ -1,0 +1,205 @@
+"""Dead letters: the list, the page of one, the summary by error and job, requeue and delete."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.contrib import admin, messages
+from django.contrib.admin.utils import flatten_fieldsets
+from django.db.models import Q
+from django.db.models.functions import Left
+from django.http import Http404, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils import timezone
+
+from .. import metrics
+from . import display
+from .actions import DEAD_LETTER_ACTIONS, Action
+from .base import (
+    CappedChangeList,
+    JobRowAdmin,
+    QueueFilter,
+    ValueFilter,
+    plural,
+    require_view,
+)
+
+LIST_FIELDS = (
+    "id",
+    "job_id",
+    "name",
+    "queue",
+    "attempts",
+    "max_attempts",
+    "error_type",
+    "failed_at",
+)
+GONE = "already requeued or deleted by someone else, or their unique key is held by a waiting job"
+
+
+class FailedWithinFilter(admin.SimpleListFilter):
+    title = "died within"
+    parameter_name = "within"
+    WINDOWS = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
+
+    def lookups(self, request, model_admin):
+        return [("1h", "the last hour"), ("24h", "the last 24 hours"), ("7d", "the last 7 days")]
+
+    def queryset(self, request, queryset):
+        window = self.WINDOWS.get(self.value())
+        return queryset.filter(failed_at__gt=timezone.now() - window) if window else queryset
+
+
+class ErrorTypeFilter(ValueFilter):
+    title = "error type"
+    parameter_name = field = "error_type"
+    values_from = staticmethod(metrics.dead_letter_error_types)
+
+
+class NameFilter(ValueFilter):
+    title = "job name"
+    parameter_name = field = "name"
+    values_from = staticmethod(metrics.dead_letter_names)
+
+
+class DeadLetterChangeList(CappedChangeList):
+    def get_queryset(self, request, exclude_parameters=None):
+        queryset = super().get_queryset(request, exclude_parameters)
+        return queryset.only(*LIST_FIELDS).annotate(reason_start=Left("reason", 300))
+
+
+class DeadLetterAdmin(JobRowAdmin):
+    list_display = (
+        "dead_letter_id",
+        "name",
+        "queue",
+        "error_type",
+        "short_reason",
+        "attempts_of_max",
+        "died",
+        "original_job",
+    )
+    list_display_links = ("dead_letter_id",)
+    list_filter = (FailedWithinFilter, ErrorTypeFilter, NameFilter, QueueFilter)
+    ordering = ("-failed_at", "-id")  # pgjobs_dl_failed_idx
+    search_fields = ("name",)  # replaced by get_search_results
+    search_help_text = (
+        "A dead letter id, the id the job had, a job name (full or its function name), an error "
+        "type or a unique key."
+    )
+    actions = ("requeue", "delete")
+    row_actions = DEAD_LETTER_ACTIONS
+    fieldsets = (
+        (None, {"fields": ("id", "job_id", "name", "queue", "priority", "unique_key")}),
+        (
+            "Failure",
+            {"fields": ("reason", "error_type", "attempts_of_max", "created_at", "failed_at")},
+        ),
+        ("Arguments", {"fields": ("arguments", "keyword_arguments")}),
+    )
+    readonly_fields = flatten_fieldsets(fieldsets)
+
+    # -- list ---------------------------------------------------------------------------------
+
+    def get_changelist(self, request, **kwargs):
+        return DeadLetterChangeList
+
+    def get_search_results(self, request, queryset, search_term):
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        number = term.removeprefix("#")
+        if number.isdigit():
+            return queryset.filter(Q(id=int(number)) | Q(job_id=int(number))), False
+        return queryset.filter(
+            Q(name=term) | Q(name__endswith=f".{term}") | Q(error_type=term) | Q(unique_key=term)
+        ), False
+
+    @admin.display(description="id")
+    def dead_letter_id(self, obj):
+        return f"#{obj.id}"
+
+    @admin.display(description="reason")
+    def short_reason(self, obj):
+        text = getattr(obj, "reason_start", None)
+        return display.one_line(text if text is not None else obj.reason, 110)
+
+    @admin.display(description="died")
+    def died(self, obj):
+        return display.when(obj.failed_at)
+
+    @admin.display(description="job id")
+    def original_job(self, obj):
+        return f"#{obj.job_id}"
+
+    # -- detail ---------------------------------------------------------------------------------
+
+    # -- pages and actions ----------------------------------------------------------------------
+
+    def extra_urls(self):
+        return [self.route("summary/", self.summary, "summary")]
+
+    def summary(self, request):
+        """Dead letters of the last 7 days by error type, by job name, and by both."""
+        require_view(self, request)
+        groups = metrics.dead_letter_groups(self.connection())
+        by_type: dict[str, list[int]] = {}
+        by_name: dict[str, list[int]] = {}
+        for group in groups:
+            for key, table in ((group.error_type, by_type), (group.name, by_name)):
+                counts = table.setdefault(key, [0, 0, 0])
+                counts[0] += group.last_hour
+                counts[1] += group.last_day
+                counts[2] += group.last_week
+
+        def ranked(table):
+            return sorted(table.items(), key=lambda item: (-item[1][2], item[0]))
+
+        context = self.page_context(
+            request,
+            "Dead letters by error and job",
+            groups=groups,
+            by_type=ranked(by_type),
+            by_name=ranked(by_name),
+            changelist_url=reverse(self.url_name("changelist")),
+            estimate=metrics.table_row_estimates(self.connection()).get("pgjobs_deadletter", 0),
+        )
+        return TemplateResponse(request, "admin/django_pgjobs/deadletter_summary.html", context)
+
+    def act_on(self, request, object_id, spec: Action):
+        """Requeue or delete one dead letter (the buttons of its page)."""
+        if not str(object_id).isdigit():
+            raise Http404("no such dead letter")
+        done = spec.operation(self.connection(), [int(object_id)])
+        if not done:
+            messages.warning(
+                request,
+                f"Dead letter #{object_id} was left alone: it was already requeued or deleted by "
+                "someone else, or its unique key is held by a waiting job.",
+            )
+            return HttpResponseRedirect(reverse(self.url_name("changelist")))
+        if spec.name == "requeue":
+            messages.success(request, f"Requeued 1 job: job #{done[0]}.")
+            job_page = reverse(self.url_name("change", model_name="job"), args=[done[0]])
+            return HttpResponseRedirect(job_page)
+        messages.success(request, spec.message(len(done)))
+        return HttpResponseRedirect(reverse(self.url_name("changelist")))
+
+    def _bulk(self, request, queryset, spec: Action) -> None:
+        ids, truncated = self.bulk_ids(queryset)
+        done = spec.operation(self.connection(), ids) if ids else []
+        skipped = len(ids) - len(done)
+        why = ""
+        if skipped:
+            why = f"{plural(skipped, 'selected dead letter')} {'was' if skipped == 1 else 'were'} "
+            why += f"left alone ({GONE})."
+        self.report(request, spec.message(len(done)), why, truncated)
+
+    @admin.action(description=DEAD_LETTER_ACTIONS["requeue"].description, permissions=["operate"])
+    def requeue(self, request, queryset):
+        self._bulk(request, queryset, DEAD_LETTER_ACTIONS["requeue"])
+
+    @admin.action(description=DEAD_LETTER_ACTIONS["delete"].description, permissions=["remove"])
+    def delete(self, request, queryset):
+        self._bulk(request, queryset, DEAD_LETTER_ACTIONS["delete"])

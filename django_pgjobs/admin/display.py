@@ -1,0 +1,166 @@
+"""Turning rows into what an operator reads: redacted arguments, ages, error summaries.
+
+Everything returned here is plain text (or built with ``format_html``), so templates escape it:
+a job argument or an error message can never inject markup into the admin.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+from django.utils.html import format_html
+
+from ..conf import get_config
+from ..states import View
+
+REDACTED = "********"
+
+
+def redact(value: Any, keys: frozenset[str] | None = None) -> Any:
+    """A copy of ``value`` with the values of ``PGJOBS["REDACT_KEYS"]`` keys replaced, at any
+    depth (keys compare case-insensitively)."""
+    if keys is None:
+        keys = frozenset(k.lower() for k in get_config().REDACT_KEYS)
+    if not keys:
+        return value
+    if isinstance(value, dict):
+        return {
+            k: REDACTED if str(k).lower() in keys else redact(v, keys) for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [redact(item, keys) for item in value]
+    return value
+
+
+def pretty_json(value: Any) -> str:
+    return json.dumps(redact(value), indent=2, ensure_ascii=False, sort_keys=True)
+
+
+def arguments_text(args: Any, kwargs: Any) -> str:
+    """The call as an operator reads it: ``(1, "a", key=...)``, redacted."""
+    parts = [json.dumps(a, ensure_ascii=False) for a in redact(args or [])]
+    redacted_kwargs = redact(kwargs or {})
+    parts += [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in redacted_kwargs.items()]
+    return "(" + ", ".join(parts) + ")"
+
+
+def duration(seconds: float | None) -> str:
+    """``1 h 5 min``, ``42 s``, ``350 ms``: short and rounded."""
+    if seconds is None:
+        return "–"
+    if seconds == float("inf"):
+        return "> 1 h"
+    seconds = abs(seconds)
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs} s" if minutes < 10 and secs else f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    return f"{hours // 24} d {hours % 24} h"
+
+
+def relative(moment: datetime | None, now: datetime | None = None) -> str:
+    """``in 5 min`` / ``3 min ago``."""
+    if moment is None:
+        return "–"
+    delta = (moment - (now or timezone.now())).total_seconds()
+    if abs(delta) < 1:
+        return "now"
+    return f"in {duration(delta)}" if delta > 0 else f"{duration(delta)} ago"
+
+
+def when(moment: datetime | None) -> str:
+    """Absolute time with the relative one in a tooltip."""
+    if moment is None:
+        return "–"
+    local = timezone.localtime(moment)
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>',
+        moment.isoformat(),
+        local.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        relative(moment),
+    )
+
+
+def one_line(text: str | None, limit: int = 120) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def error_summary(error_type: str | None, message: str | None, limit: int = 120) -> str:
+    if not error_type and not message:
+        return ""
+    return one_line(f"{error_type or 'Error'}: {message or ''}", limit)
+
+
+VIEW_COLOURS = {
+    View.DUE: "#417690",
+    View.SCHEDULED: "#79aec8",
+    View.RETRYING: "#c4882f",
+    View.RUNNING: "#3a8a3a",
+    View.SUCCESSFUL: "#777",
+    "dead": "#ba2121",
+}
+
+
+def badge(view: str) -> str:
+    return format_html(
+        '<span class="pgjobs-badge" style="background:{}">{}</span>',
+        VIEW_COLOURS.get(view, "#777"),
+        view,
+    )
+
+
+def timeline(row: Any, *, dead: bool = False) -> list[dict[str, Any]]:
+    """What happened to a job, oldest first: enqueued, each failed attempt, claims, the end."""
+    events: list[dict[str, Any]] = [{"at": row.created_at, "what": "enqueued", "detail": ""}]
+    for error in row.errors or []:
+        at = _parse(error.get("at"))
+        events.append(
+            {
+                "at": at,
+                "what": f"attempt {error.get('attempt', '?')} failed",
+                "detail": error_summary(error.get("type"), error.get("message")),
+            }
+        )
+    if dead:
+        events.append({"at": row.failed_at, "what": "dead-lettered", "detail": row.reason})
+        return _sorted(events)
+    if row.status == "running" and row.started_at:
+        events.append(
+            {
+                "at": row.started_at,
+                "what": f"attempt {row.attempts} started",
+                "detail": f"worker {row.worker}, lease until {relative(row.lease_expires_at)}",
+            }
+        )
+    elif row.status == "successful":
+        if row.started_at:
+            events.append({"at": row.started_at, "what": f"attempt {row.attempts} started"})
+        events.append({"at": row.finished_at, "what": "succeeded", "detail": ""})
+    else:
+        label = "retry due" if row.attempts else "due"
+        events.append({"at": row.run_after, "what": label, "detail": relative(row.run_after)})
+    return _sorted(events)
+
+
+def _sorted(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    floor = datetime.min.replace(tzinfo=timezone.get_current_timezone())
+    return sorted(events, key=lambda e: e["at"] or floor)
+
+
+def _parse(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None

@@ -1,0 +1,269 @@
+"""Jobs: the backlog list (filters by view, queue and job name), the job page, the actions."""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.contrib.admin.utils import flatten_fieldsets
+from django.db.models import Q
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
+from django.db.models.functions import Left
+from django.http import HttpResponseRedirect
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html
+
+from .. import registry
+from ..models import Job, view_condition
+from ..states import View
+from . import display
+from .actions import JOB_ACTIONS, JOB_ACTIONS_BY_FILTER, Action
+from .base import CappedChangeList, JobRowAdmin, QueueFilter
+from .dashboard import dashboard_view
+
+LIST_FIELDS = (
+    "id",
+    "name",
+    "queue",
+    "priority",
+    "status",
+    "run_after",
+    "attempts",
+    "max_attempts",
+    "created_at",
+    "started_at",
+    "lease_expires_at",
+    "worker",
+)
+LEASE_EXPIRED = "lease_expired"
+
+
+class ViewFilter(admin.SimpleListFilter):
+    title = "state"
+    parameter_name = "view"
+
+    def lookups(self, request, model_admin):
+        return [
+            (View.DUE, "due"),
+            (View.SCHEDULED, "scheduled"),
+            (View.RETRYING, "retrying"),
+            (View.RUNNING, "running"),
+            (LEASE_EXPIRED, "running, lease expired"),
+            (View.SUCCESSFUL, "successful (retained)"),
+        ]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value == LEASE_EXPIRED:
+            return queryset.lease_expired()
+        if value in View.values:
+            return queryset.in_view(value)
+        return queryset
+
+
+class JobNameFilter(admin.SimpleListFilter):
+    """Job names from the registry (what workers can run), not a scan of the table."""
+
+    title = "job name"
+    parameter_name = "name"
+
+    def lookups(self, request, model_admin):
+        names = set(registry.registered())
+        if self.value():
+            names.add(self.value())
+        return [(name, name) for name in sorted(names)]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(name=self.value()) if self.value() else queryset
+
+
+class JobChangeList(CappedChangeList):
+    def get_queryset(self, request, exclude_parameters=None):
+        # Only the columns the list shows, plus the last error cut short: a job's error history
+        # (tracebacks included) can weigh far more than the rest of the row.
+        queryset = super().get_queryset(request, exclude_parameters)
+        last_error = KeyTransform(-1, "errors")
+        return queryset.only(*LIST_FIELDS).annotate(
+            last_error_type=KeyTextTransform("type", last_error),
+            last_error_message=Left(KeyTextTransform("message", last_error), 300),
+        )
+
+
+class JobAdmin(JobRowAdmin):
+    list_display = (
+        "job_id",
+        "name",
+        "queue",
+        "state",
+        "priority",
+        "due",
+        "age",
+        "attempts_of_max",
+        "last_error",
+        "worker_and_lease",
+    )
+    list_display_links = ("job_id",)
+    list_filter = (ViewFilter, QueueFilter, JobNameFilter)
+    search_fields = ("name",)  # replaced by get_search_results; the box needs one entry
+    search_help_text = (
+        "An id (#123 or 123), a job name (full or its function name) or a unique key."
+    )
+    actions = ("run_now", "retry_now", "cancel")
+    row_actions = JOB_ACTIONS
+    fieldsets = (
+        (None, {"fields": ("id", "name", "queue", "state", "priority", "unique_key")}),
+        (
+            "Timing",
+            {
+                "fields": (
+                    "created_at",
+                    "run_after",
+                    "attempts_of_max",
+                    "started_at",
+                    "lease_expires_at",
+                    "worker",
+                    "finished_at",
+                )
+            },
+        ),
+        ("Arguments", {"fields": ("arguments", "keyword_arguments")}),
+    )
+    readonly_fields = flatten_fieldsets(fieldsets)
+
+    # -- list ---------------------------------------------------------------------------------
+
+    def get_changelist(self, request, **kwargs):
+        return JobChangeList
+
+    def get_ordering(self, request):
+        """Each view in the order an operator reads it, served by an index of its own."""
+        view = request.GET.get(ViewFilter.parameter_name)
+        if view in (View.DUE, View.SCHEDULED, View.RETRYING):
+            return ["-priority", "run_after", "id"]  # claim order (pgjobs_job_claim_idx)
+        if view in (View.RUNNING, LEASE_EXPIRED):
+            return ["lease_expires_at", "id"]  # stuck first (pgjobs_job_lease_idx)
+        if view == View.SUCCESSFUL:
+            return ["-finished_at", "-id"]  # pgjobs_job_finished_idx
+        return ["-id"]  # newest first (primary key)
+
+    def get_search_results(self, request, queryset, search_term):
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        number = term.removeprefix("#")
+        if number.isdigit():
+            return queryset.filter(id=int(number)), False
+        return queryset.filter(
+            Q(name=term) | Q(name__endswith=f".{term}") | Q(unique_key=term)
+        ), False
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        offered = JOB_ACTIONS_BY_FILTER.get(request.GET.get(ViewFilter.parameter_name), ())
+        return {name: spec for name, spec in actions.items() if name in offered}
+
+    @admin.display(description="id")
+    def job_id(self, obj):
+        return f"#{obj.id}"
+
+    @admin.display(description="state")
+    def state(self, obj):
+        return display.badge(obj.view)
+
+    @admin.display(description="due")
+    def due(self, obj):
+        if obj.status != "ready":
+            return "–"
+        return display.when(obj.run_after)
+
+    @admin.display(description="age")
+    def age(self, obj):
+        return display.duration((timezone.now() - obj.created_at).total_seconds())
+
+    @admin.display(description="last error")
+    def last_error(self, obj):
+        if hasattr(obj, "last_error_type"):
+            return display.error_summary(obj.last_error_type, obj.last_error_message, 100)
+        error = obj.last_error or {}
+        return display.error_summary(error.get("type"), error.get("message"), 100)
+
+    @admin.display(description="worker / lease")
+    def worker_and_lease(self, obj):
+        if obj.status != "running":
+            return ""
+        expired = obj.lease_expires_at and obj.lease_expires_at < timezone.now()
+        return format_html(
+            '{}<br><span class="{}">lease {} {}</span>',
+            obj.worker,
+            "pgjobs-expired" if expired else "pgjobs-quiet",
+            "expired" if expired else "until",
+            display.relative(obj.lease_expires_at),
+        )
+
+    # -- detail ---------------------------------------------------------------------------------
+
+    # -- detail and actions -----------------------------------------------------------------------
+
+    def actions_for(self, request, obj) -> list[Action]:
+        return [action for action in self.row_actions.values() if obj.view in action.views]
+
+    def extra_urls(self):
+        return [self.route("dashboard/", self.dashboard, "dashboard")]
+
+    def dashboard(self, request):
+        return dashboard_view(self, request)
+
+    def act_on(self, request, object_id, spec: Action):
+        """Run one action on one job (the buttons of the job page)."""
+        job = Job.objects.filter(pk=object_id).first()
+        if job is None:
+            messages.warning(request, f"Job #{object_id} no longer exists.")
+            return HttpResponseRedirect(reverse(self.url_name("changelist")))
+        page = reverse(self.url_name("change"), args=[job.pk])
+        if job.view not in spec.views:
+            messages.error(request, f"{spec.label} is not possible: job #{job.pk} is {job.view}.")
+            return HttpResponseRedirect(page)
+        done = spec.operation(self.connection(), [job.pk])
+        if not done:
+            messages.warning(request, f"Job #{job.pk} changed meanwhile; nothing was done.")
+            return HttpResponseRedirect(page)
+        messages.success(request, spec.message(len(done)))
+        if spec.name == "cancel":
+            return HttpResponseRedirect(reverse(self.url_name("changelist")))
+        return HttpResponseRedirect(page)
+
+    def _bulk(self, request, queryset, spec: Action) -> None:
+        ids, truncated = self.bulk_ids(queryset)
+        eligible = list(
+            Job.objects.filter(id__in=ids)
+            .filter(_views_q(spec.views))
+            .order_by()
+            .values_list("id", flat=True)
+        )
+        done = spec.operation(self.connection(), eligible) if eligible else []
+        views = ", ".join(sorted(spec.views))
+        self.report(
+            request,
+            spec.message(len(done)),
+            spec.skipped(len(ids) - len(done), f"only {views} jobs qualify"),
+            truncated,
+        )
+
+    @admin.action(description=JOB_ACTIONS["run_now"].description, permissions=["operate"])
+    def run_now(self, request, queryset):
+        self._bulk(request, queryset, JOB_ACTIONS["run_now"])
+
+    @admin.action(description=JOB_ACTIONS["retry_now"].description, permissions=["operate"])
+    def retry_now(self, request, queryset):
+        self._bulk(request, queryset, JOB_ACTIONS["retry_now"])
+
+    @admin.action(description=JOB_ACTIONS["cancel"].description, permissions=["remove"])
+    def cancel(self, request, queryset):
+        self._bulk(request, queryset, JOB_ACTIONS["cancel"])
+
+
+def _views_q(views) -> Q:
+    now = timezone.now()
+    query = Q(pk__in=[])
+    for view in views:
+        query |= view_condition(view, now)
+    return query

@@ -1,0 +1,268 @@
+"""Per-queue numbers for the admin dashboard.
+
+Summary
+    Successful jobs are deleted, so what happened (throughput, failures, how long jobs waited)
+    is kept as an aggregate: ``pgjobs_stat``, one row per queue per minute. Workers count in
+    memory (``QueueMetrics``) and add their counts with one upsert at most every
+    ``FLUSH_SECONDS``; nothing is written per job. The reading side (``queue_overview``,
+    ``dead_letter_groups``...) runs the named statements of ``sql/queries.sql``.
+
+Wait
+    The time from a job being due (``run_after``) to its claim, measured on the worker's clock
+    against the database's ``run_after`` (keep clocks in sync with NTP). Counted in the fixed
+    buckets of ``WAIT_BUCKET_BOUNDS``; percentiles are interpolated inside a bucket.
+
+Options (module constants)
+    ``FLUSH_SECONDS`` (5), ``KEEP_SECONDS`` (2 days of minutes), ``RECENT_MINUTES`` (15: the
+    window of the wait percentiles), ``PRUNE_EVERY_SECONDS`` (600).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
+from typing import Any
+
+from django.db import DatabaseError
+from django.utils import timezone
+
+from . import db, operations
+
+logger = logging.getLogger("django_pgjobs.metrics")
+
+#: Upper bounds (seconds) of the wait buckets; a last bucket holds everything above.
+WAIT_BUCKET_BOUNDS: tuple[float, ...] = (
+    0.01,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+    300,
+    900,
+    3600,
+)
+FLUSH_SECONDS = 5.0
+KEEP_SECONDS = 2 * 24 * 3600.0
+PRUNE_EVERY_SECONDS = 600.0
+RECENT_MINUTES = 15
+CHART_MINUTES = 60
+
+
+@dataclass
+class QueueCounts:
+    succeeded: int = 0
+    retried: int = 0
+    dead: int = 0
+    wait_buckets: list[int] = field(default_factory=lambda: [0] * (len(WAIT_BUCKET_BOUNDS) + 1))
+
+
+def wait_bucket(seconds: float) -> int:
+    return bisect.bisect_left(WAIT_BUCKET_BOUNDS, seconds)
+
+
+class QueueMetrics:
+    """In-memory counts of one worker, flushed to ``pgjobs_stat`` by ``maybe_flush``.
+
+    Only the dispatcher thread calls it. A failed flush is logged and its counts dropped: the
+    statistics are for people, and must never stop a worker.
+    """
+
+    def __init__(self, flush_seconds: float = FLUSH_SECONDS) -> None:
+        self.flush_seconds = flush_seconds
+        self._counts: dict[str, QueueCounts] = {}
+        self._next_flush = time.monotonic() + flush_seconds
+        self._next_prune = time.monotonic()
+
+    def _queue(self, queue: str) -> QueueCounts:
+        counts = self._counts.get(queue)
+        if counts is None:
+            counts = self._counts[queue] = QueueCounts()
+        return counts
+
+    def claimed(self, jobs: Iterable[Any]) -> None:
+        now = datetime.now(dt_timezone.utc)
+        for job in jobs:
+            waited = max((now - job.run_after).total_seconds(), 0.0)
+            self._queue(job.queue).wait_buckets[wait_bucket(waited)] += 1
+
+    def succeeded(self, job: Any) -> None:
+        self._queue(job.queue).succeeded += 1
+
+    def retried(self, job: Any) -> None:
+        self._queue(job.queue).retried += 1
+
+    def dead(self, job: Any) -> None:
+        self._queue(job.queue).dead += 1
+
+    def maybe_flush(self, connection, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now < self._next_flush:
+            return
+        self._next_flush = now + self.flush_seconds
+        if not self._counts:
+            return
+        counts, self._counts = self._counts, {}
+        try:
+            operations.record_queue_stats(connection, counts)
+            if now >= self._next_prune:
+                self._next_prune = now + PRUNE_EVERY_SECONDS
+                operations.prune_queue_stats(connection, KEEP_SECONDS)
+        except DatabaseError as error:
+            logger.warning("could not record queue statistics (dropped): %s", error)
+
+
+# -- reading (admin) ------------------------------------------------------------------------------
+
+
+def percentile(buckets: Sequence[int], fraction: float) -> float | None:
+    """The ``fraction`` quantile of a wait histogram, interpolated linearly inside its bucket
+    (``inf`` when it falls in the open last bucket, None without samples)."""
+    total = sum(buckets)
+    if not total:
+        return None
+    rank = fraction * total
+    seen = 0
+    for index, count in enumerate(buckets):
+        if count and seen + count >= rank:
+            if index >= len(WAIT_BUCKET_BOUNDS):
+                return float("inf")
+            low = WAIT_BUCKET_BOUNDS[index - 1] if index else 0.0
+            high = WAIT_BUCKET_BOUNDS[index]
+            return low + (high - low) * (rank - seen) / count
+        seen += count
+    return float("inf")
+
+
+@dataclass
+class QueueOverview:
+    name: str
+    paused: bool = False
+    due: int = 0
+    scheduled: int = 0
+    retrying: int = 0
+    running: int = 0
+    lease_expired: int = 0
+    dead: int = 0
+    dead_last_hour: int = 0
+    oldest_due: datetime | None = None
+    oldest_due_seconds: float | None = None
+    wait_p95: float | None = None
+    wait_p99: float | None = None
+    wait_samples: int = 0
+    succeeded_5m: int = 0
+    succeeded_60m: int = 0
+    failed_60m: int = 0
+    per_minute: list[tuple[int, int]] = field(default_factory=list)  # (succeeded, failed)
+
+    @property
+    def live(self) -> int:
+        return self.due + self.scheduled + self.retrying + self.running
+
+    @property
+    def throughput_per_minute(self) -> float:
+        return self.succeeded_5m / 5
+
+    @property
+    def failure_rate(self) -> float | None:
+        attempts = self.succeeded_60m + self.failed_60m
+        return self.failed_60m / attempts if attempts else None
+
+
+def queue_names(connection) -> list[str]:
+    return [row["name"] for row in db.execute(connection, "job_queue_names")]
+
+
+def queue_overview(connection) -> tuple[list[QueueOverview], list[tuple[datetime, int, int]]]:
+    """One ``QueueOverview`` per known queue, and the per-minute (succeeded, failed) of all
+    queues over the last ``CHART_MINUTES`` (oldest first, empty minutes included)."""
+    queues: dict[str, QueueOverview] = {}
+
+    def get(name: str) -> QueueOverview:
+        if name not in queues:
+            queues[name] = QueueOverview(name)
+        return queues[name]
+
+    for name in queue_names(connection):
+        get(name)
+    for name in operations.paused_queues(connection):
+        get(name).paused = True
+    for row in db.execute(connection, "live_jobs_by_queue"):
+        overview = get(row["queue"])
+        for key in ("due", "scheduled", "retrying", "running", "lease_expired", "oldest_due"):
+            setattr(overview, key, row[key])
+        if row["oldest_due"] is not None:
+            overview.oldest_due_seconds = (row["measured_at"] - row["oldest_due"]).total_seconds()
+    for row in db.execute(connection, "dead_letters_by_queue"):
+        overview = get(row["queue"])
+        overview.dead, overview.dead_last_hour = row["dead"], row["dead_last_hour"]
+
+    now = timezone.now().replace(second=0, microsecond=0)
+    first_minute = now - timedelta(minutes=CHART_MINUTES - 1)
+    chart = {first_minute + timedelta(minutes=i): [0, 0] for i in range(CHART_MINUTES)}
+    waits: dict[str, list[int]] = {}
+    rows = db.execute(connection, "queue_stats_since", {"since": first_minute})
+    for row in rows:
+        overview = get(row["queue"])
+        age_minutes = (now - row["minute"]).total_seconds() / 60
+        failed = row["retried"] + row["dead"]
+        overview.succeeded_60m += row["succeeded"]
+        overview.failed_60m += failed
+        if age_minutes < 5:
+            overview.succeeded_5m += row["succeeded"]
+        if age_minutes < RECENT_MINUTES:
+            merged = waits.setdefault(row["queue"], [0] * (len(WAIT_BUCKET_BOUNDS) + 1))
+            for index, count in enumerate(row["wait_buckets"][: len(merged)]):
+                merged[index] += count
+        bar = chart.get(row["minute"])
+        if bar is not None:
+            bar[0] += row["succeeded"]
+            bar[1] += failed
+    for name, buckets in waits.items():
+        overview = queues[name]
+        overview.wait_samples = sum(buckets)
+        overview.wait_p95 = percentile(buckets, 0.95)
+        overview.wait_p99 = percentile(buckets, 0.99)
+    ordered = [queues[name] for name in sorted(queues)]
+    return ordered, [(minute, s, f) for minute, (s, f) in chart.items()]
+
+
+def table_row_estimates(connection) -> dict[str, int]:
+    return {row["name"]: row["rows"] for row in db.execute(connection, "table_row_estimates")}
+
+
+@dataclass
+class DeadLetterGroup:
+    error_type: str
+    name: str
+    last_hour: int
+    last_day: int
+    last_week: int
+    latest: datetime | None
+    reason: str = ""
+
+
+def dead_letter_groups(connection, limit: int = 200) -> list[DeadLetterGroup]:
+    """Dead letters of the last 7 days by (error type, job name), biggest first."""
+    return [
+        DeadLetterGroup(**row)
+        for row in db.execute(connection, "dead_letter_groups", {"limit": limit})
+    ]
+
+
+def dead_letter_names(connection) -> list[str]:
+    return [row["name"] for row in db.execute(connection, "dead_letter_names")]
+
+
+def dead_letter_error_types(connection) -> list[str]:
+    return [row["name"] for row in db.execute(connection, "dead_letter_error_types")]
