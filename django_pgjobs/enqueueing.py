@@ -31,6 +31,11 @@ def enqueue(job: JobDefinition | str, *args: Any, **kwargs: Any) -> Job:
 def _row_params(definition: JobDefinition, args: tuple | list, kwargs: dict) -> dict[str, Any]:
     config = get_config()
     args_json, kwargs_json = dump_arguments(args, kwargs, config.MAX_PAYLOAD_BYTES)
+    try:
+        # the worker would dead-letter a job whose arguments do not fit; say so to the caller
+        definition.check_arguments(list(args), kwargs)
+    except TypeError as error:
+        raise TypeError(f"arguments do not fit {definition.name}: {error}") from None
     unique_key = definition.fixed_unique_key
     if unique_key is None and definition.unique_key is not None:
         unique_key = check_unique_key(definition.unique_key(*args, **kwargs))

@@ -57,13 +57,20 @@ def error_entry(
     worker: str = "",
     with_traceback: bool = True,
 ) -> dict[str, Any]:
-    """One element of a job's ``errors`` list, truncated to ``MAX_ERROR_CHARS``."""
+    """One element of a job's ``errors`` list, truncated to ``MAX_ERROR_CHARS``.
+
+    Whatever a handler raised, the entry is text jsonb can store (see ``_storable``), so recording
+    a failure can never fail in turn.
+    """
     limit = get_config().MAX_ERROR_CHARS
     if error is not None:
         error_type = error_type or f"{type(error).__module__}.{type(error).__qualname__}"
         error_type = error_type.removeprefix("builtins.")
-        message = message if message is not None else str(error)
-        trace = "".join(tb.format_exception(type(error), error, error.__traceback__))
+        message = message if message is not None else _str_of(error)
+        try:
+            trace = "".join(tb.format_exception(type(error), error, error.__traceback__))
+        except Exception:  # noqa: BLE001 - a broken exception must not break the worker
+            trace = ""
     else:
         trace = ""
     message = message or ""
@@ -72,11 +79,29 @@ def error_entry(
     return {
         "at": timezone.now().isoformat(),
         "attempt": attempt,
-        "type": error_type or "Error",
-        "message": _truncate(message, limit),
-        "traceback": _truncate(trace, limit),
+        "type": _storable(error_type or "Error"),
+        "message": _storable(_truncate(message, limit)),
+        "traceback": _storable(_truncate(trace, limit)),
         "worker": worker,
     }
+
+
+def _str_of(error: BaseException) -> str:
+    try:
+        return str(error)
+    except Exception:  # noqa: BLE001 - same wording as the traceback module
+        return "<exception str() failed>"
+
+
+def _storable(text: str) -> str:
+    """``text`` with what jsonb and PostgreSQL text refuse escaped: NUL characters and lone
+    surrogates (left by bytes decoded with ``errors="surrogateescape"``)."""
+    text = text.replace("\x00", "\\x00")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def _truncate(text: str, limit: int) -> str:

@@ -2,8 +2,9 @@
 
 PostgreSQL's ``jsonb`` rejects some values Python's ``json`` accepts (NaN, Infinity, ``\\u0000``)
 and ``json`` silently changes others (integer dict keys become strings, tuples become lists).
-Failing on the database would break the caller's transaction, so everything is checked here and
-reported as ``TypeError`` naming the offending path; nothing is written.
+Python strings may hold lone surrogates that are not text at all, and ints longer than Python
+will print. Failing on the database would break the caller's transaction, so everything is checked
+here and reported as ``TypeError`` naming the offending path; nothing is written.
 """
 
 from __future__ import annotations
@@ -11,6 +12,12 @@ from __future__ import annotations
 import json
 import math
 from typing import Any
+
+#: Deepest nesting of lists and dicts accepted in job arguments (a circular structure hits it).
+MAX_NESTING = 100
+# Python refuses to print ints of more than 4300 digits (sys.get_int_max_str_digits()).
+_MAX_INT_DIGITS = 4300
+_MAX_INT_BITS = int(_MAX_INT_DIGITS * 3.32)  # about 10 ** 4297
 
 
 class ArgumentsNotJSON(TypeError):
@@ -21,8 +28,14 @@ class PayloadTooLarge(ValueError):
     """Job arguments larger than ``PGJOBS["MAX_PAYLOAD_BYTES"]``."""
 
 
-def _check(value: Any, path: str) -> None:
-    if value is None or isinstance(value, (bool, int)):
+def _check(value: Any, path: str, depth: int = 0) -> None:
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if value.bit_length() > _MAX_INT_BITS:
+            raise ArgumentsNotJSON(
+                f"{path} is an int of about {_MAX_INT_DIGITS} digits or more; pass it as a string"
+            )
         return
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -33,10 +46,21 @@ def _check(value: Any, path: str) -> None:
             raise ArgumentsNotJSON(
                 f"{path} contains a NUL character (\\u0000), which jsonb rejects"
             )
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise ArgumentsNotJSON(
+                f"{path} contains a lone surrogate ({value[error.start]!r}), which is not text "
+                "(decode bytes with errors='replace' or pass them base64-encoded)"
+            ) from None
         return
+    if depth >= MAX_NESTING:
+        raise ArgumentsNotJSON(
+            f"{path} nests lists and dicts deeper than {MAX_NESTING} levels (a circular reference?)"
+        )
     if isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
-            _check(item, f"{path}[{index}]")
+            _check(item, f"{path}[{index}]", depth + 1)
         return
     if isinstance(value, dict):
         for key, item in value.items():
@@ -45,8 +69,8 @@ def _check(value: Any, path: str) -> None:
                     f"{path} has the key {key!r} of type {type(key).__name__}; JSON object keys "
                     "must be strings"
                 )
-            _check(key, f"{path} key")
-            _check(item, f"{path}[{key!r}]")
+            _check(key, f"{path} key", depth + 1)
+            _check(item, f"{path}[{key!r}]", depth + 1)
         return
     raise ArgumentsNotJSON(
         f"{path} is a {type(value).__module__}.{type(value).__qualname__}, which is not JSON; "

@@ -109,6 +109,8 @@ def check_unique_key(unique_key: Any) -> str | None:
             f"unique_key must be a non-empty string of at most {UNIQUE_KEY_MAX} characters, "
             f"not {unique_key!r}"
         )
+    if "\x00" in unique_key:
+        raise ValueError(f"unique_key must not contain NUL characters, not {unique_key!r}")
     return unique_key
 
 

@@ -60,28 +60,6 @@ def test_pgjobs_must_be_a_dict():
         assert ids(check_settings()) == ["pgjobs.E002"]
 
 
-@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
-def test_non_postgresql_database_is_check_e001():
-    from django.conf import settings
-    from django.db import connections
-
-    databases = {**settings.DATABASES, "lite": {"ENGINE": "django.db.backends.sqlite3"}}
-
-    def reset_connection_settings():
-        connections.__dict__.pop("settings", None)
-        connections._settings = None
-
-    try:
-        with override_settings(DATABASES=databases, PGJOBS={"DATABASE": "lite"}):
-            reset_connection_settings()
-            messages = check_database()
-            del connections["lite"]
-    finally:
-        reset_connection_settings()
-    assert ids(messages) == ["pgjobs.E001"]
-    assert "needs PostgreSQL" in messages[0].msg
-
-
 def test_unknown_database_alias_is_check_e003():
     with override_settings(PGJOBS={"DATABASE": "nope"}):
         assert ids(check_database()) == ["pgjobs.E003"]

@@ -1,4 +1,5 @@
-"""The worker loop in-process: success, retry with backoff, dead letters, atomic jobs, bad rows."""
+"""The worker loop in-process: success, retry with backoff, dead letters, atomic jobs (rows and
+handlers that misbehave are in test_bad_input.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from django.db import connection
 from helpers import drain, run_worker
 
-from django_pgjobs import job, signals
+from django_pgjobs import signals
 from django_pgjobs.models import DeadLetter, Job
 from testproject.demo import jobs as demo
 from testproject.demo.models import Counter, Execution, Signup
@@ -107,52 +108,6 @@ def test_atomic_job_whose_lease_was_lost_rolls_back(monkeypatch):
     assert worker.stats.lost == 1
     assert not Execution.objects.filter(label="stolen").exists()
     assert not Counter.objects.filter(name="stolen").exists()
-
-
-def test_forged_row_naming_an_unregistered_callable_is_dead_lettered_never_run(tmp_path):
-    marker = tmp_path / "pwned"
-    Job.objects.create(name="os.system", args=[f"touch {marker}"])
-    Job.objects.create(name="subprocess.run", args=[["touch", str(marker)]])
-    Job.objects.create(name="builtins.eval", args=["__import__('os').getpid()"])
-    run_worker()
-    assert not marker.exists()
-    dead = list(DeadLetter.objects.order_by("job_id"))
-    assert [d.name for d in dead] == ["os.system", "subprocess.run", "builtins.eval"]
-    assert all(d.error_type == "UnknownJob" for d in dead)
-    assert "unknown job 'os.system'" in dead[0].reason
-
-
-@pytest.mark.parametrize(
-    "args, kwargs, fragment",
-    [
-        ({"label": "x"}, {}, "args must be a JSON array"),
-        (["x"], ["not", "a", "dict"], "kwargs must be a JSON object"),
-        (["x", 1, 2, 3], {}, "too many positional arguments"),
-        ([], {"nope": 1}, "missing a required argument"),
-        ("just a string", {}, "args must be a JSON array"),
-    ],
-)
-def test_rows_whose_arguments_do_not_fit_are_dead_lettered(args, kwargs, fragment):
-    Job.objects.create(name=demo.record.name, args=args, kwargs=kwargs)
-    demo.record.enqueue("fine")
-    worker = run_worker()
-    dead = DeadLetter.objects.get()
-    assert dead.error_type == "BadArguments" and fragment in dead.reason
-    assert worker.stats.succeeded == 1  # the worker kept going
-
-
-@job(max_attempts=1)
-def exits_with_system_exit() -> None:
-    raise SystemExit(3)
-
-
-def test_system_exit_in_a_job_is_a_failure_not_a_dead_worker():
-    exits_with_system_exit.enqueue()
-    demo.record.enqueue("after")
-    worker = run_worker()
-    dead = DeadLetter.objects.get()
-    assert dead.error_type == "SystemExit"
-    assert worker.stats.succeeded == 1
 
 
 def test_priority_then_due_time_order():

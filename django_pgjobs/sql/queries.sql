@@ -54,7 +54,9 @@ WHERE unique_key = %(unique_key)s AND status IN ('ready', 'running');
 -- never claim the same row. Paused queues are read in the same statement (pgjobs_queue is tiny),
 -- so a pause takes effect on every worker's next claim. The UPDATE counts the attempt now (a job that kills its worker still
 -- spends attempts), stamps a fresh fencing token and sets the lease. `all_queues` is bound as a
--- literal, so the planner drops the queue test when a worker serves every queue.
+-- literal, so the planner drops the queue test when a worker serves every queue. A ready row
+-- whose max_attempts was lowered below its attempts gets this one last attempt (raising
+-- max_attempts to match) instead of failing the attempts check and the whole claim with it.
 WITH candidates AS (
     SELECT id
     FROM pgjobs_job
@@ -69,6 +71,7 @@ WITH candidates AS (
 UPDATE pgjobs_job AS j
 SET status = 'running',
     attempts = j.attempts + 1,
+    max_attempts = GREATEST(j.max_attempts, j.attempts + 1),
     claim_token = %(token)s::uuid,
     worker = %(worker)s,
     started_at = now(),

@@ -78,3 +78,21 @@ def crash_worker() -> None:
 @job
 def noop() -> None:
     pass
+
+
+@job(max_attempts=3, retry=RetryPolicy(base_seconds=0.1, cap_seconds=0.1))
+def sleep_then_fail_first(label: str, sleep: float = 0.0) -> None:
+    """Sleeps, records, and fails its first attempt (the lease-loss tests pause it mid-sleep)."""
+    if sleep:
+        time.sleep(sleep)
+    _record(label)
+    running = current_job()
+    if running and running.attempts == 1:
+        raise RuntimeError(f"{label}: the first attempt fails")
+
+
+@job(max_attempts=3)
+def interrupt_worker(label: str) -> None:
+    """Raises KeyboardInterrupt, as a job reaching a stray Ctrl-C handler would."""
+    _record(label)
+    raise KeyboardInterrupt
