@@ -1,0 +1,348 @@
+"""The chaos suite: real ``runjobs`` processes on real PostgreSQL while things go wrong.
+
+Scenarios: workers SIGKILLed at random and restarted, a PostgreSQL restart in the middle of a
+run, ``pg_terminate_backend`` on the workers' connections, a job running longer than its lease
+while its worker is alive, and a worker paused (SIGSTOP) past its lease then resumed.
+
+Every scenario checks the same promises: every job either succeeded or sits in
+``pgjobs_deadletter`` (0 lost); atomic jobs' effects happen exactly once; non-atomic jobs run
+twice only when they were in flight at a kill or a disconnection, and that count is reported and
+bounded; workers that were not killed never crash.
+
+Size comes from the environment (defaults fit CI's budget on 2 cores)::
+
+    PGJOBS_CHAOS_JOBS=10000 PGJOBS_CHAOS_KILLS=20 \
+        python -m pytest -m chaos tests/test_chaos.py
+
+``PGJOBS_CHAOS_WORKERS`` (4), ``PGJOBS_CHAOS_CONCURRENCY`` (4), ``PGJOBS_CHAOS_SEED`` (random,
+printed) and ``PGJOBS_CHAOS_REPORT`` (a file the figures are appended to as JSON lines) tune the
+rest. Each scenario prints one ``chaos figures:`` line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import signal
+import time
+from collections import Counter as Tally
+
+import psycopg
+import pytest
+from django.db import InterfaceError, OperationalError, connection
+from helpers import database_url_for_tests, wait_until
+
+from django_pgjobs.models import DeadLetter, Job
+from testproject import throwaway_pg
+from testproject.demo import jobs as demo
+from testproject.demo.models import Counter, Execution
+
+JOBS = int(os.environ.get("PGJOBS_CHAOS_JOBS", "4000"))
+KILLS = int(os.environ.get("PGJOBS_CHAOS_KILLS", "12"))
+WORKERS = int(os.environ.get("PGJOBS_CHAOS_WORKERS", "4"))
+CONCURRENCY = int(os.environ.get("PGJOBS_CHAOS_CONCURRENCY", "4"))
+PREFETCH = 2
+SEED = int(os.environ.get("PGJOBS_CHAOS_SEED") or random.SystemRandom().randrange(10**6))
+REPORT = os.environ.get("PGJOBS_CHAOS_REPORT")
+# Generous for the big run: 10,000 jobs under 20+ kills take about a minute.
+TIMEOUT = max(300, JOBS // 10)
+
+# Leases short enough that a killed worker's jobs are rescued within seconds, long enough that a
+# live worker on a loaded 2-core machine never misses one (heartbeat every second).
+CHAOS_ENV = {
+    "PGJOBS_LEASE_SECONDS": "4",
+    "PGJOBS_HEARTBEAT_SECONDS": "1",
+    "PGJOBS_RESCUE_INTERVAL_SECONDS": "1",
+}
+# The lease scenarios want a lease to expire quickly.
+FAST_LEASES = {
+    "PGJOBS_LEASE_SECONDS": "2",
+    "PGJOBS_HEARTBEAT_SECONDS": "0.5",
+    "PGJOBS_RESCUE_INTERVAL_SECONDS": "0.5",
+}
+
+pytestmark = [
+    pytest.mark.chaos,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(TIMEOUT + 120),
+]
+
+
+@dataclasses.dataclass
+class Figures:
+    scenario: str
+    jobs: int = 0
+    atomic: int = 0
+    workers: int = WORKERS
+    concurrency: int = CONCURRENCY
+    kills: int = 0
+    in_flight_at_kills: int = 0  # jobs the victims held (claimed, not acknowledged) when killed
+    restarts: int = 0
+    pg_restarts: int = 0
+    terminated: int = 0
+    disruptions: int = 0  # events that could interrupt jobs in flight (kills, restarts, ...)
+    lost: int = 0
+    duplicated: int = 0
+    duplicate_bound: int = 0
+    dead_lettered: int = 0
+    seconds: float = 0.0
+    seed: int = SEED
+
+    def publish(self, capsys) -> None:
+        line = " ".join(f"{k}={v}" for k, v in dataclasses.asdict(self).items())
+        with capsys.disabled():
+            print(f"\nchaos figures: {line}")
+        if REPORT:
+            with open(REPORT, "a") as report:
+                report.write(json.dumps(dataclasses.asdict(self)) + "\n")
+
+
+def _db_retry(query, attempts: int = 60):
+    """Run an ORM query from the test process, reconnecting while PostgreSQL restarts."""
+    for _ in range(attempts):
+        try:
+            return query()
+        except (OperationalError, InterfaceError):
+            connection.close()
+            time.sleep(0.5)
+    return query()
+
+
+def enqueue_chaos_jobs(prefix: str, jobs: int) -> tuple[dict[int, str], set[int]]:
+    """Half plain ``record`` jobs, half ``record_atomic``; returns id -> label and atomic ids."""
+    labels = [f"{prefix}-{i}" for i in range(jobs)]
+    plain, atomic = labels[::2], labels[1::2]
+    by_id: dict[int, str] = {}
+    atomic_ids: set[int] = set()
+    for start in range(0, len(plain), 2500):
+        for row in demo.record.enqueue_many([(label,) for label in plain[start : start + 2500]]):
+            by_id[row.pk] = row.args[0]
+    for start in range(0, len(atomic), 2500):
+        chunk = atomic[start : start + 2500]
+        for row in demo.record_atomic.enqueue_many([(label,) for label in chunk]):
+            by_id[row.pk] = row.args[0]
+            atomic_ids.add(row.pk)
+    assert len(by_id) == jobs
+    return by_id, atomic_ids
+
+
+class ChaosRun:
+    """One scenario's run: the jobs, the workers, the figures, and the checks at the end."""
+
+    def __init__(self, scenario: str, start_worker) -> None:
+        self.figures = Figures(scenario, jobs=JOBS)
+        self.by_id, self.atomic_ids = enqueue_chaos_jobs(scenario, JOBS)
+        self.figures.atomic = len(self.atomic_ids)
+        self._start_worker = start_worker
+        self.started = time.monotonic()
+        self.workers = [self.start_worker() for _ in range(WORKERS)]
+        self.killed: list = []
+
+    def start_worker(self):
+        return self._start_worker(
+            "--concurrency",
+            str(CONCURRENCY),
+            "--prefetch",
+            str(PREFETCH),
+            "--batch-size",
+            str(CONCURRENCY + PREFETCH),
+            env=CHAOS_ENV,
+        )
+
+    def kill_and_restart(self, index: int) -> None:
+        victim = self.workers[index]
+        self.figures.in_flight_at_kills += Job.objects.filter(
+            status="running", worker__contains=f":{victim.pid}:"
+        ).count()
+        victim.kill()
+        self.killed.append(victim)
+        self.figures.kills += 1
+        self.workers[index] = self.start_worker()
+        self.figures.restarts += 1
+
+    def finish(self, capsys, *, expect_reconnects: bool = False) -> None:
+        """Wait for the queue to empty, stop the survivors, account for every job, publish."""
+        wait_until(
+            lambda: not _db_retry(lambda: Job.objects.exists()), timeout=TIMEOUT, interval=0.5
+        )
+        self.figures.seconds = round(time.monotonic() - self.started, 1)
+        outputs = [worker.output() for worker in self.workers]
+        stop_and_check_survivors(self.workers)
+        for victim in self.killed:
+            assert victim.popen.returncode == -signal.SIGKILL
+            check_log_has_no_crash(victim.output())
+        if expect_reconnects:
+            assert any("database unavailable" in output for output in outputs)
+        account(self.figures, self.by_id, self.atomic_ids)
+        self.figures.publish(capsys)
+
+
+def stop_and_check_survivors(survivors) -> None:
+    """SIGTERM every worker that was never killed: each exits 0 and logged no crash."""
+    for worker in survivors:
+        assert worker.popen.poll() is None, "a worker died by itself:\n" + worker.output()
+        worker.signal(signal.SIGTERM)
+    for worker in survivors:
+        assert worker.wait(60) == 0, worker.output()
+        check_log_has_no_crash(worker.output())
+
+
+def check_log_has_no_crash(output: str) -> None:
+    assert "Traceback" not in output, output
+    assert "Exception in thread" not in output, output
+
+
+def account(figures: Figures, by_id: dict[int, str], atomic_ids: set[int]) -> None:
+    """Fill lost/duplicated/dead-lettered and assert the promises of every scenario."""
+    executed = Tally(Execution.objects.values_list("job_id", flat=True))
+    dead = dict(DeadLetter.objects.values_list("job_id", "reason"))
+    remaining = set(Job.objects.values_list("id", flat=True))
+    lost = sorted(
+        job_id
+        for job_id in by_id
+        if job_id in remaining or (job_id not in dead and executed[job_id] == 0)
+    )
+    figures.lost = len(lost)
+    figures.dead_lettered = len(dead.keys() & by_id.keys())
+    figures.duplicated = sum(
+        executed[job_id] - 1
+        for job_id in by_id
+        if job_id not in atomic_ids and executed[job_id] > 1
+    )
+    # A disrupted worker held at most CONCURRENCY + PREFETCH jobs claimed or running, plus as many
+    # finished ones whose acknowledgement was to travel with its next claim: only those can run
+    # again, and only the non-atomic ones show it.
+    figures.duplicate_bound = figures.disruptions * 2 * (CONCURRENCY + PREFETCH)
+    assert not lost, f"{len(lost)} job(s) lost, e.g. {lost[:10]}"
+    # Atomic jobs: their writes commit with their completion, so exactly once (zero times for a
+    # dead-lettered one: every attempt rolled back).
+    counters = dict(Counter.objects.values_list("name", "value"))
+    wrong = [
+        (job_id, executed[job_id], counters.get(by_id[job_id], 0))
+        for job_id in atomic_ids
+        if (executed[job_id], counters.get(by_id[job_id], 0))
+        != ((0, 0) if job_id in dead else (1, 1))
+    ]
+    assert not wrong, f"atomic jobs ran other than exactly once (id, runs, counter): {wrong[:10]}"
+    assert figures.duplicated <= figures.duplicate_bound, figures
+    for job_id, reason in dead.items():
+        assert reason, f"dead letter of job {job_id} has no reason"
+
+
+def test_random_sigkills_while_workers_restart(start_worker, capsys):
+    """The issue's run: workers SIGKILLed at random every 0.3-1 s and restarted at once."""
+    rng = random.Random(SEED)
+    run = ChaosRun("random-sigkill", start_worker)
+    deadline = run.started + TIMEOUT
+    while run.figures.kills < KILLS and time.monotonic() < deadline:
+        time.sleep(rng.uniform(0.3, 1.0))
+        if not Job.objects.exists():
+            break
+        run.kill_and_restart(rng.randrange(WORKERS))
+    run.figures.disruptions = run.figures.kills
+    assert run.figures.kills >= KILLS, (
+        f"the jobs ran out after {run.figures.kills} kills; raise PGJOBS_CHAOS_JOBS"
+    )
+    run.finish(capsys)
+
+
+def test_postgresql_restart_in_the_middle(start_worker, capsys):
+    if throwaway_pg.data_dir() is None:
+        pytest.skip(
+            "restarting PostgreSQL needs the suite's own throwaway server; DATABASE_URL was given"
+        )
+    run = ChaosRun("postgresql-restart", start_worker)
+    wait_until(lambda: Execution.objects.count() >= JOBS // 3, timeout=TIMEOUT)
+    # immediate: no checkpoint, crash recovery at start, like a power cut of the server alone
+    throwaway_pg.restart("immediate", pause_seconds=2.0)
+    connection.close()
+    run.figures.pg_restarts = 1
+    run.figures.disruptions = WORKERS  # every worker's jobs in flight were interrupted at once
+    run.finish(capsys, expect_reconnects=True)
+
+
+def test_worker_connections_terminated(start_worker, capsys):
+    run = ChaosRun("pg_terminate_backend", start_worker)
+    rounds = 0
+    with psycopg.connect(database_url_for_tests(), autocommit=True) as admin:
+        test_backend = _db_retry(_backend_pid)
+        while rounds < 5 and Job.objects.exists():
+            goal = (rounds + 1) * JOBS // 8
+            wait_until(lambda goal=goal: Execution.objects.count() >= goal, timeout=60)
+            terminated = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() AND pid <> %s",
+                (test_backend,),
+            ).fetchone()[0]
+            run.figures.terminated += terminated
+            rounds += 1
+    run.figures.disruptions = rounds * WORKERS
+    assert rounds >= 3, "the jobs ran out before three rounds of terminations; raise the jobs"
+    run.finish(capsys, expect_reconnects=True)
+
+
+def _backend_pid() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return cursor.fetchone()[0]
+
+
+def test_job_longer_than_its_lease_is_kept_by_heartbeats(start_worker):
+    """A live worker's heartbeats keep a job whose run outlasts the lease three times over,
+    while another worker stands ready to rescue anything that expires."""
+    lease = float(FAST_LEASES["PGJOBS_LEASE_SECONDS"])
+    plain = demo.record.enqueue("long-plain", sleep=3 * lease)
+    atomic = demo.record_atomic.enqueue("long-atomic", sleep=3 * lease)
+    runner = start_worker("--concurrency", "2", env=FAST_LEASES)
+    wait_until(lambda: Job.objects.filter(status="running").count() == 2, timeout=30)
+    rescuer = start_worker("--concurrency", "2", env=FAST_LEASES)
+    wait_until(lambda: not Job.objects.exists(), timeout=60)
+    stop_and_check_survivors([runner, rescuer])
+    runs = list(Execution.objects.order_by("label").values_list("label", "attempt", "job_id"))
+    assert runs == [("long-atomic", 1, atomic.pk), ("long-plain", 1, plain.pk)]
+    assert Counter.objects.get(name="long-atomic").value == 1
+    assert "rescued" not in runner.output() + rescuer.output()
+    assert not DeadLetter.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "job, late_message",
+    [
+        (demo.record_atomic, "finished after its lease was lost"),
+        (demo.record, "succeeded but its lease was lost before the acknowledgement"),
+        (demo.sleep_then_fail_first, "failed but its lease was lost; its new owner decides"),
+    ],
+    ids=["atomic-success", "plain-success", "failure"],
+)
+def test_paused_worker_loses_its_lease_and_its_late_result_is_refused(
+    start_worker, job, late_message
+):
+    """SIGSTOP a worker mid-job past its lease: another worker rescues the job and finishes it;
+    when the paused worker resumes, its late ack or failure no longer matches the claim token."""
+    label = f"paused-{job.name.rsplit('.', 1)[1]}"
+    enqueued = job.enqueue(label, sleep=1.5)
+    paused = start_worker("--concurrency", "1", env=FAST_LEASES)
+    wait_until(lambda: Job.objects.filter(status="running").exists(), timeout=30)
+    time.sleep(0.2)  # inside the job's sleep
+    paused.signal(signal.SIGSTOP)
+    try:
+        new_owner = start_worker("--concurrency", "1", env=FAST_LEASES)
+        # the lease expires, the new owner's rescue requeues the job and it claims attempt 2
+        wait_until(lambda: not Job.objects.filter(pk=enqueued.pk, attempts=1).exists(), timeout=30)
+    finally:
+        paused.signal(signal.SIGCONT)
+    wait_until(lambda: not Job.objects.filter(pk=enqueued.pk).exists(), timeout=30)
+    wait_until(lambda: late_message in paused.output(), timeout=30)
+    stop_and_check_survivors([paused, new_owner])
+    assert not DeadLetter.objects.exists()
+    attempts = sorted(Execution.objects.filter(label=label).values_list("attempt", flat=True))
+    if job is demo.record_atomic:
+        # the paused worker's transaction was rolled back: one effect, by the new owner
+        assert attempts == [2]
+        assert Counter.objects.get(name=label).value == 1
+    else:
+        # a non-atomic job's own side effects cannot be taken back: both runs recorded
+        assert attempts == [1, 2]
+    assert "lost=1" in paused.output()
