@@ -11,7 +11,7 @@ from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 
 from django_pgjobs.metrics import WAIT_BUCKET_BOUNDS
-from django_pgjobs.models import DeadLetter, Job, QueueState, QueueStat, Worker
+from django_pgjobs.models import DeadLetter, Job, QueueStat, QueueState, Worker
 
 PASSWORD = "correct horse battery staple"
 MODELS = ("job", "deadletter", "queuestate", "worker")
@@ -157,7 +157,13 @@ def seed(rng: random.Random | None = None) -> dict:
     kinds = [
         ("ValueError", "testproject.demo.jobs.always_fails", "boom", "default", 0.2),
         ("ConnectionError", "testproject.demo.jobs.flaky", "gateway unreachable", "payments", 5),
-        ("UnknownJob", "shop.jobs.old_export", "'shop.jobs.old_export' is not registered", "default", 30),
+        (
+            "UnknownJob",
+            "shop.jobs.old_export",
+            "'shop.jobs.old_export' is not registered",
+            "default",
+            60,
+        ),
     ]
     dead = []
     for index in range(9):
@@ -171,18 +177,30 @@ def seed(rng: random.Random | None = None) -> dict:
                 args=[index],
                 failed_at=failed,
                 created_at=failed - timedelta(minutes=30),
-                errors=[error(a, error_type, message, name.rsplit(".", 1)[-1], 60 * hours + 30 - a)
-                        for a in (1, 2, 3)],
+                errors=[
+                    error(a, error_type, message, name.rsplit(".", 1)[-1], 60 * hours + 30 - a)
+                    for a in (1, 2, 3)
+                ],
             )
         )
     rows["dead"] = dead
     Worker.objects.create(
-        id="web-1:4242:a1b2c3d4", hostname="web-1", pid=4242, queues=[], concurrency=8,
-        started_at=now - timedelta(hours=3), last_seen_at=now,
+        id="web-1:4242:a1b2c3d4",
+        hostname="web-1",
+        pid=4242,
+        queues=[],
+        concurrency=8,
+        started_at=now - timedelta(hours=3),
+        last_seen_at=now,
     )
     Worker.objects.create(
-        id="web-2:977:e5f6a7b8", hostname="web-2", pid=977, queues=["payments"], concurrency=2,
-        started_at=now - timedelta(hours=1), last_seen_at=now - timedelta(minutes=4),
+        id="web-2:977:e5f6a7b8",
+        hostname="web-2",
+        pid=977,
+        queues=["payments"],
+        concurrency=2,
+        started_at=now - timedelta(hours=1),
+        last_seen_at=now - timedelta(minutes=4),
     )
     QueueState.objects.create(name="payments", paused=False)
     minute = now.replace(second=0, microsecond=0)

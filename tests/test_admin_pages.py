@@ -1,0 +1,269 @@
+"""Every admin page renders what an operator needs, escapes what rows carry, and stays bounded."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from admin_data import dead_letter, error, job, seed, superuser  # noqa: F401
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from django_pgjobs.admin import base as admin_base
+from django_pgjobs.models import DeadLetter, Job
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+JOBS = reverse("admin:django_pgjobs_job_changelist")
+DEAD = reverse("admin:django_pgjobs_deadletter_changelist")
+DASHBOARD = reverse("admin:django_pgjobs_job_dashboard")
+SUMMARY = reverse("admin:django_pgjobs_deadletter_summary")
+XSS = "<script>alert('pwned')</script>"
+XSS_ESCAPED = "&lt;script&gt;alert(&#x27;pwned&#x27;)&lt;/script&gt;"
+
+
+@pytest.fixture
+def admin_client(client, superuser):  # noqa: F811
+    client.force_login(superuser)
+    return client
+
+
+@pytest.fixture
+def rows():
+    return seed()
+
+
+def text(response) -> str:
+    assert response.status_code == 200, response.status_code
+    return response.content.decode()
+
+
+def test_dashboard_shows_each_queue_with_counts_waits_and_workers(admin_client, rows):
+    page = text(admin_client.get(DASHBOARD))
+    for queue in ("emails", "default", "payments"):
+        assert f'id="queue-{queue}"' in page
+    emails = page.split('id="queue-emails"')[1].split("</tr>")[0]
+    assert "view=due" in emails and ">12<" in emails  # twelve due emails
+    payments = page.split('id="queue-payments"')[1].split("</tr>")[0]
+    assert "pgjobs-expired" in payments  # the stuck job's lease is past expiry
+    assert "wait p95" in page and "failure rate" in page and "done/min" in page
+    assert "<svg" in page and "<rect" in page  # the throughput chart, no JavaScript
+    assert "web-1" in page and "web-2" in page and "silent" in page  # web-2 stopped beating
+    assert "Pause" in page  # the superuser may pause
+
+
+def test_dashboard_without_anything_says_so(admin_client):
+    page = text(admin_client.get(DASHBOARD))
+    assert "No queue has jobs" in page and "No worker is running" in page
+
+
+def test_job_list_columns(admin_client, rows):
+    page = text(admin_client.get(JOBS + "?view=retrying"))
+    assert f"#{rows['retrying'].pk}" in page
+    assert "2/4" in page  # attempts/max
+    assert "ConnectionError: payment gateway timed out" in page  # last error summary
+    assert "in 4" in page or "in 3" in page or "in 45 s" in page  # due time, relative
+    running = text(admin_client.get(JOBS + "?view=running"))
+    assert "web-1:4242:a1b2c3d4" in running and "lease until" in running
+    assert "lease expired" in running  # the stuck one
+    assert running.index(f"#{rows['stuck'].pk}") < running.index(f"#{rows['running'].pk}")
+
+
+@pytest.mark.parametrize(
+    "query, expected",
+    [
+        ("view=due", 12),
+        ("view=scheduled", 5),
+        ("view=retrying", 1),
+        ("view=running", 2),
+        ("view=lease_expired", 1),
+        ("queue=payments", 3),
+        ("name=testproject.demo.jobs.flaky", 1),
+        ("queue=emails&view=due", 12),
+        ("q=flaky", 1),
+        ("q=testproject.demo.jobs.send_welcome_email", 12),
+    ],
+)
+def test_job_filters_and_search(admin_client, rows, query, expected):
+    response = admin_client.get(f"{JOBS}?{query}")
+    assert response.status_code == 200
+    assert response.context["cl"].result_count == expected
+
+
+def test_job_search_by_id_and_unique_key(admin_client, rows):
+    keyed = job(unique_key="invoice:77", args=[1])
+    for term in (str(keyed.pk), f"%23{keyed.pk}", "invoice:77"):
+        response = admin_client.get(f"{JOBS}?q={term}")
+        assert [j.pk for j in response.context["cl"].result_list] == [keyed.pk]
+
+
+def test_job_detail_shows_arguments_every_error_and_timeline(admin_client, rows):
+    retrying = rows["retrying"]
+    page = text(admin_client.get(reverse("admin:django_pgjobs_job_change", args=[retrying.pk])))
+    assert "charge-42" in page and "fail_times" in page
+    assert page.count('class="pgjobs-error"') == 2
+    assert page.count("Traceback (most recent call last)") == 2
+    assert "attempt 1 failed" in page and "attempt 2 failed" in page and "retry due" in page
+    assert ">Retry now<" in page and ">Cancel job<" in page
+    assert ">Run now<" not in page  # not scheduled
+
+
+def test_job_detail_offers_only_valid_actions(admin_client, rows):
+    def buttons(pk):
+        page = text(admin_client.get(reverse("admin:django_pgjobs_job_change", args=[pk])))
+        return {label for label in ("Run now", "Retry now", "Cancel job") if f">{label}<" in page}
+
+    assert buttons(rows["scheduled"].pk) == {"Run now", "Cancel job"}
+    assert buttons(rows["retrying"].pk) == {"Retry now", "Cancel job"}
+    assert buttons(rows["running"].pk) == set()
+    due = Job.objects.filter(queue="emails").first()
+    assert buttons(due.pk) == {"Cancel job"}
+
+
+def test_list_actions_follow_the_view_filter(admin_client, rows):
+    def offered(query):
+        form = admin_client.get(f"{JOBS}?{query}").context["action_form"]
+        if form is None:  # no action at all: Django shows no action menu
+            return set()
+        return {name for name, _ in form.fields["action"].choices if name}
+
+    assert offered("") == {"run_now", "retry_now", "cancel"}
+    assert offered("view=scheduled") == {"run_now", "cancel"}
+    assert offered("view=retrying") == {"retry_now", "cancel"}
+    assert offered("view=due") == {"cancel"}
+    assert offered("view=running") == set()
+
+
+def test_arguments_are_redacted(admin_client, rows):
+    page = text(
+        admin_client.get(reverse("admin:django_pgjobs_job_change", args=[rows["scheduled"].pk]))
+    )
+    assert "hunter2" not in page
+    assert "********" in page
+    nested = job(kwargs={"auth": {"Token": "s3cr3t", "user": "ann"}, "items": [{"password": "p"}]})
+    page = text(admin_client.get(reverse("admin:django_pgjobs_job_change", args=[nested.pk])))
+    assert "s3cr3t" not in page and '"p"' not in page and "ann" in page
+
+
+def test_markup_in_rows_renders_as_text(admin_client):
+    hostile = job(
+        name=f"evil.{XSS}",
+        queue="default",
+        args=[XSS],
+        kwargs={XSS: XSS},
+        attempts=1,
+        errors=[{**error(1, XSS, XSS, "x", 1), "traceback": XSS, "worker": XSS}],
+    )
+    dead = dead_letter(
+        name=XSS, error_type=XSS, reason=XSS, args=[XSS], errors=[error(1, XSS, XSS, "x", 1)]
+    )
+    pages = [
+        admin_client.get(JOBS),
+        admin_client.get(JOBS + "?view=retrying"),
+        admin_client.get(reverse("admin:django_pgjobs_job_change", args=[hostile.pk])),
+        admin_client.get(DEAD),
+        admin_client.get(reverse("admin:django_pgjobs_deadletter_change", args=[dead.pk])),
+        admin_client.get(SUMMARY),
+        admin_client.get(DASHBOARD),
+    ]
+    for response in pages:
+        page = text(response)
+        assert XSS not in page
+    assert XSS_ESCAPED in text(pages[2])
+    assert XSS_ESCAPED in text(pages[4])
+
+
+def test_dead_letter_list_filters_and_search(admin_client, rows):
+    def count(query):
+        return admin_client.get(f"{DEAD}?{query}").context["cl"].result_count
+
+    assert count("") == 9
+    assert count("error_type=ConnectionError") == 3
+    assert count("name=testproject.demo.jobs.always_fails") == 3
+    assert count("queue=payments") == 3
+    assert count("within=1h") == 3  # the three ValueErrors died minutes ago
+    assert count("within=24h") == 6
+    assert count("within=7d") == 8  # the last UnknownJob died 180 h ago
+    assert count("q=UnknownJob") == 3
+    first = rows["dead"][0]
+    assert count(f"q={first.job_id}") >= 1
+    page = text(admin_client.get(DEAD))
+    assert "ValueError" in page and "attempts exhausted (3/3)" in page
+
+
+def test_dead_letter_detail(admin_client, rows):
+    dead = rows["dead"][1]
+    page = text(admin_client.get(reverse("admin:django_pgjobs_deadletter_change", args=[dead.pk])))
+    assert page.count("Traceback (most recent call last)") == 3
+    assert "dead-lettered" in page and "enqueued" in page
+    assert ">Requeue<" in page and ">Delete for good<" in page
+    assert "gateway unreachable" in page
+
+
+def test_dead_letter_summary_groups_with_1h_24h_7d_counts(admin_client, rows):
+    response = admin_client.get(SUMMARY)
+    page = text(response)
+    by_type = dict(response.context["by_type"])
+    assert by_type["ValueError"] == [3, 3, 3]
+    assert by_type["ConnectionError"] == [0, 3, 3]  # 5 h, 10 h, 15 h ago
+    assert by_type["UnknownJob"] == [0, 0, 2]  # 60 h, 120 h ago (180 h is past 7 d)
+    by_name = dict(response.context["by_name"])
+    assert by_name["testproject.demo.jobs.flaky"] == [0, 3, 3]
+    assert "error_type=ValueError" in page and "latest reason" in page
+
+
+def test_workers_and_queues_pages(admin_client, rows):
+    page = text(admin_client.get(reverse("admin:django_pgjobs_worker_changelist")))
+    assert "web-1" in page and "payments" in page
+    page = text(admin_client.get(reverse("admin:django_pgjobs_queuestate_changelist")))
+    assert "payments" in page
+    page = text(admin_client.get(reverse("admin:app_list", args=["django_pgjobs"])))
+    assert "Dead letters" in page
+
+
+def test_lists_count_at_most_the_cap(admin_client, monkeypatch):
+    monkeypatch.setattr(admin_base.CappedPaginator, "cap", 5)
+    monkeypatch.setattr(admin_base, "COUNT_CAP", 5)
+    for i in range(8):
+        job(args=[i])
+    with CaptureQueriesContext(connection) as queries:
+        response = admin_client.get(JOBS)
+    page = text(response)
+    assert "more than 5 jobs" in page
+    counts = [q["sql"] for q in queries.captured_queries if "COUNT(" in q["sql"].upper()]
+    assert counts and all("LIMIT 6" in sql for sql in counts), counts
+
+
+def test_pages_use_a_bounded_number_of_queries(admin_client, rows):
+    for url in (DASHBOARD, JOBS, JOBS + "?view=retrying", DEAD, SUMMARY):
+        with CaptureQueriesContext(connection) as queries:
+            text(admin_client.get(url))
+        assert len(queries) <= 15, (url, len(queries))
+
+
+def test_get_never_changes_anything(admin_client, rows):
+    before = (
+        sorted(Job.objects.values_list("id", "status", "run_after")),
+        sorted(DeadLetter.objects.values_list("id", flat=True)),
+    )
+    scheduled, dead = rows["scheduled"], rows["dead"][0]
+    for url in (
+        reverse("admin:django_pgjobs_job_act", args=[scheduled.pk, "run_now"]),
+        reverse("admin:django_pgjobs_job_act", args=[scheduled.pk, "cancel"]),
+        reverse("admin:django_pgjobs_deadletter_act", args=[dead.pk, "requeue"]),
+        reverse("admin:django_pgjobs_deadletter_act", args=[dead.pk, "delete"]),
+        reverse("admin:django_pgjobs_queuestate_pause", args=["emails"]),
+    ):
+        assert admin_client.get(url).status_code == 405
+    for url in (DASHBOARD, JOBS, DEAD, SUMMARY):
+        admin_client.get(url + "?action=cancel&_selected_action=1")
+    after = (
+        sorted(Job.objects.values_list("id", "status", "run_after")),
+        sorted(DeadLetter.objects.values_list("id", flat=True)),
+    )
+    assert before == after
+    assert not Job.objects.filter(
+        queue="emails", run_after__gt=timezone.now() + timedelta(days=1)
+    ).exists()
