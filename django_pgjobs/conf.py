@@ -36,6 +36,10 @@ class Config:
     POLL_INTERVAL_SECONDS: float = 1.0
     #: Wake workers with LISTEN/NOTIFY. Turn off behind PgBouncer in transaction mode.
     LISTEN_NOTIFY: bool = True
+    #: Run the worker's hot-path statements (claim, acknowledge, heartbeat) and enqueue as
+    #: server-side prepared statements. Turn off behind PgBouncer older than 1.21 in transaction
+    #: mode (1.21+ with ``max_prepared_statements`` handles them).
+    PREPARED_STATEMENTS: bool = True
     #: Retry policy: delay = min(cap, base * factor ** (attempt - 1)), minus up to jitter * delay.
     RETRY_BASE_SECONDS: float = 2.0
     RETRY_FACTOR: float = 2.0
@@ -67,6 +71,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "RESCUE_INTERVAL_SECONDS": (int, float),
     "POLL_INTERVAL_SECONDS": (int, float),
     "LISTEN_NOTIFY": (bool,),
+    "PREPARED_STATEMENTS": (bool,),
     "RETRY_BASE_SECONDS": (int, float),
     "RETRY_FACTOR": (int, float),
     "RETRY_CAP_SECONDS": (int, float),

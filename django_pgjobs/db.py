@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 from django.db import ProgrammingError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -34,16 +36,24 @@ def execute(
     connection: BaseDatabaseWrapper, name: str, params: dict[str, Any] | None = None
 ) -> list[dict[str, Any]]:
     """Run the statement ``name`` with ``params``; return the rows as dicts (JSON decoded)."""
+    with _missing_tables_named(connection), connection.cursor() as cursor:
+        cursor.execute(query(name), params or {})
+        return _rows(cursor)
+
+
+def _rows(cursor) -> list[dict[str, Any]]:
+    if cursor.description is None:
+        return []
+    names = [column.name for column in cursor.description]
+    return [
+        {n: _decode(n, v) for n, v in zip(names, row, strict=True)} for row in cursor.fetchall()
+    ]
+
+
+@contextmanager
+def _missing_tables_named(connection: BaseDatabaseWrapper) -> Iterator[None]:
     try:
-        with connection.cursor() as cursor:
-            cursor.execute(query(name), params or {})
-            if cursor.description is None:
-                return []
-            names = [column.name for column in cursor.description]
-            return [
-                {n: _decode(n, v) for n, v in zip(names, row, strict=True)}
-                for row in cursor.fetchall()
-            ]
+        yield
     except ProgrammingError as error:
         if getattr(getattr(error, "__cause__", None), "sqlstate", None) == "42P01":
             raise JobsTableMissing(
@@ -51,6 +61,41 @@ def execute(
                 f"{connection.alias!r}: run `python manage.py migrate` first."
             ) from error
         raise
+
+
+# psycopg prepares a statement only when asked (prepare=True) or after this many executions;
+# Django sets no threshold (None: never prepare), which would also ignore prepare=True.
+_PREPARE_ONLY_WHEN_ASKED = 2**31 - 1
+
+
+def execute_prepared(
+    connection: BaseDatabaseWrapper, name: str, params: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """``execute()`` through a server-side prepared statement: the hot path's statements are
+    parsed and planned once per connection, then only bound and run.
+
+    It runs on a plain psycopg cursor of the Django connection's own psycopg connection, so it
+    joins whatever transaction Django has open (``transaction.atomic`` included) and Django's
+    bookkeeping stays intact: errors go through ``wrap_database_errors`` (Django exception types,
+    ``errors_occurred`` set), a broken atomic block refuses it as Django's cursor would. Falls back
+    to ``execute()`` when Django is recording queries (``DEBUG``, ``assertNumQueries``) so they
+    stay visible, and when ``PGJOBS["PREPARED_STATEMENTS"]`` is off (PgBouncer < 1.21 in
+    transaction mode).
+    """
+    if connection.queries_logged or not get_config().PREPARED_STATEMENTS:
+        return execute(connection, name, params)
+    connection.ensure_connection()
+    connection.validate_no_broken_transaction()
+    raw = connection.connection
+    if raw.prepare_threshold is None:
+        raw.prepare_threshold = _PREPARE_ONLY_WHEN_ASKED
+    with (
+        _missing_tables_named(connection),
+        connection.wrap_database_errors,
+        psycopg.Cursor(raw) as cursor,
+    ):
+        cursor.execute(query(name), params or {}, prepare=True)
+        return _rows(cursor)
 
 
 def ids_of(rows: Sequence[dict[str, Any]]) -> list[int]:

@@ -63,7 +63,9 @@ def enqueue_definition(definition: JobDefinition, args: tuple | list, kwargs: di
     params = _row_params(definition, args, kwargs)
     config = get_config()
     connection = db.jobs_connection()
-    rows = db.execute(connection, "enqueue_job", {**params, "notify": config.LISTEN_NOTIFY})
+    rows = db.execute_prepared(
+        connection, "enqueue_job", {**params, "notify": config.LISTEN_NOTIFY}
+    )
     if rows:
         job = _to_job(rows[0], connection.alias)
         signals.job_enqueued.send(sender=Job, job=job, created=True)
@@ -128,7 +130,9 @@ def enqueue_many(
     if not columns["names"]:
         return []
     connection = db.jobs_connection()
-    rows = db.execute(connection, "enqueue_jobs", {**columns, "notify": get_config().LISTEN_NOTIFY})
+    rows = db.execute_prepared(
+        connection, "enqueue_jobs", {**columns, "notify": get_config().LISTEN_NOTIFY}
+    )
     jobs = [_to_job(row, connection.alias) for row in rows]
     for job in jobs:
         signals.job_enqueued.send(sender=Job, job=job, created=True)

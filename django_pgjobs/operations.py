@@ -127,7 +127,7 @@ def claim_jobs(
     """Claim up to ``limit`` due jobs of ``queues`` (all queues when None), skipping paused
     queues."""
     token = uuid.uuid4()
-    rows = db.execute(
+    rows = db.execute_prepared(
         connection,
         "claim_jobs",
         {
@@ -155,13 +155,50 @@ def complete_jobs(connection: Connection, jobs: Sequence[ClaimedJob]) -> set[int
     if not jobs:
         return set()
     name = "complete_jobs_retained" if get_config().KEEP_SUCCEEDED_SECONDS > 0 else "complete_jobs"
-    return set(db.ids_of(db.execute(connection, name, _pairs(jobs))))
+    return set(db.ids_of(db.execute_prepared(connection, name, _pairs(jobs))))
+
+
+def complete_and_claim_jobs(
+    connection: Connection,
+    done: Sequence[ClaimedJob],
+    *,
+    limit: int,
+    worker: str,
+    queues: Sequence[str] | None,
+    lease_seconds: float,
+) -> tuple[set[int], list[ClaimedJob]]:
+    """``complete_jobs(done)`` and ``claim_jobs(limit=...)`` in one statement (one round trip).
+
+    Returns ``(completed ids, claimed jobs)``, with the meaning of those two functions.
+    """
+    params = _pairs(done)
+    params.update(
+        {
+            "retain": get_config().KEEP_SUCCEEDED_SECONDS > 0,
+            "limit": limit,
+            "worker": worker,
+            "all_queues": queues is None,
+            "queues": list(queues or []),
+            "lease_seconds": float(lease_seconds),
+            "token": uuid.uuid4(),
+        }
+    )
+    rows = db.execute_prepared(connection, "complete_and_claim_jobs", params)
+    completed: set[int] = set()
+    claimed = []
+    for row in rows:
+        acknowledged = row.pop("completed")
+        if row["id"] is None:  # the one row that carries the acknowledged ids
+            completed.update(acknowledged)
+        else:
+            claimed.append(ClaimedJob(**row, lease_seconds=lease_seconds))
+    return completed, claimed
 
 
 def retry_job(
     connection: Connection, job: ClaimedJob, error: dict[str, Any], delay_seconds: float
 ) -> bool:
-    rows = db.execute(
+    rows = db.execute_prepared(
         connection,
         "retry_job",
         {
@@ -205,7 +242,7 @@ def extend_leases(connection: Connection, jobs: Sequence[ClaimedJob]) -> set[int
         return set()
     params = _pairs(jobs)
     params["lease_seconds"] = [j.lease_seconds for j in jobs]
-    return set(db.ids_of(db.execute(connection, "extend_leases", params)))
+    return set(db.ids_of(db.execute_prepared(connection, "extend_leases", params)))
 
 
 # -- maintenance --------------------------------------------------------------------------------

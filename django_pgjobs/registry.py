@@ -8,6 +8,7 @@ dead-lettered, never imported.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import logging
 import re
@@ -233,7 +234,12 @@ class JobDefinition:
             raise TypeError(f"args must be a JSON array, not {type(args).__name__}")
         if not isinstance(kwargs, dict):
             raise TypeError(f"kwargs must be a JSON object, not {type(kwargs).__name__}")
-        inspect.signature(self.func).bind(*args, **kwargs)
+        self._signature.bind(*args, **kwargs)
+
+    @functools.cached_property
+    def _signature(self) -> inspect.Signature:
+        # computed once per definition: the worker checks every claimed job's arguments
+        return inspect.signature(self.func)
 
 
 def job(

@@ -51,6 +51,9 @@ from .operations import ClaimedJob
 logger = logging.getLogger("django_pgjobs.worker")
 
 CONNECTION_ERRORS = (OperationalError, InterfaceError)
+# Longest a finished job's acknowledgement waits to share a statement with others (or to ride
+# on the next claim). A worker killed meanwhile loses nothing: the job runs again after its lease.
+ACK_DELAY_SECONDS = 0.05
 NOTIFY_CHANNEL = "pgjobs"
 
 
@@ -164,6 +167,7 @@ class Worker:
         self._todo: queue_module.Queue = queue_module.Queue()
         self._held: dict[int, ClaimedJob] = {}  # claimed and not finished (queued or running)
         self._acks: list[ClaimedJob] = []
+        self._acks_since = 0.0  # when the oldest unsent acknowledgement was queued
         self._stop = threading.Event()  # graceful shutdown requested
         self._force = threading.Event()  # second signal: give up on running jobs now
         self._wake_pending = threading.Event()
@@ -203,7 +207,8 @@ class Worker:
         while True:
             try:
                 self._drain_events(block_for=0)
-                self._flush_acks()
+                if not self._claim_due(more_ready, next_poll) and self._acks_due():
+                    self._flush_acks()  # else they wait, or the claim below carries them
                 self.metrics.maybe_flush(self._connection())
                 now = time.monotonic()
                 if now >= next_heartbeat:
@@ -222,8 +227,7 @@ class Worker:
                         self._abandon_running()
                         break
                 else:
-                    woken = self._wake_pending.is_set()
-                    if self._capacity() > 0 and (more_ready or woken or now >= next_poll):
+                    if self._claim_due(more_ready, next_poll):
                         self._wake_pending.clear()
                         more_ready = self._claim_and_dispatch()
                         next_poll = time.monotonic() + self.poll_interval
@@ -252,15 +256,43 @@ class Worker:
                 deadline = min(deadline, next_poll)
             if self._stop.is_set() and grace_deadline is not None:
                 deadline = min(deadline, grace_deadline)
-            if self._capacity() > 0 and more_ready and not self._stop.is_set():
+            if self._acks:
+                deadline = min(deadline, self._acks_since + ACK_DELAY_SECONDS)
+            if self._claim_due(more_ready, next_poll):
                 continue
             self._drain_events(block_for=max(0.0, deadline - time.monotonic()))
 
         self._shutdown()
         return 0
 
+    def _claim_due(self, more_ready: bool, next_poll: float) -> bool:
+        """Claim now: jobs may be ready (last claim full, woken, or poll due) and it is worth a
+        statement: an executor may soon be idle (fewer jobs waiting locally than executors), or
+        half the room is free. Without prefetch every free slot is an idle executor."""
+        if self._stop.is_set():
+            return False
+        room = self._capacity()
+        if room == 0:
+            return False
+        if not (more_ready or self._wake_pending.is_set() or time.monotonic() >= next_poll):
+            return False
+        return self._todo.qsize() < self.concurrency or room * 2 >= min(
+            self.batch_size, self.concurrency + self.prefetch
+        )
+
+    def _acks_due(self) -> bool:
+        """Send acknowledgements alone when enough wait, when nothing else is held (the batch
+        cannot grow), or when the oldest has waited ``ACK_DELAY_SECONDS``."""
+        return bool(self._acks) and (
+            len(self._acks) >= self.batch_size
+            or len(self._acks) == len(self._held)
+            or time.monotonic() - self._acks_since >= ACK_DELAY_SECONDS
+        )
+
     def _capacity(self) -> int:
-        room = self.concurrency + self.prefetch - len(self._held)
+        # Finished jobs waiting for their acknowledgement free their slot: the acknowledgement
+        # travels with the next claim.
+        room = self.concurrency + self.prefetch - len(self._held) + len(self._acks)
         if self.max_jobs is not None:
             room = min(room, self.max_jobs - self.stats.claimed)
         return max(room, 0)
@@ -271,15 +303,22 @@ class Worker:
     # -- claiming -------------------------------------------------------------------------------
 
     def _claim_and_dispatch(self) -> bool:
-        """Claim for the free slots; True when the claim was full (more may be ready)."""
+        """Acknowledge finished jobs and claim for the free slots, in one statement.
+
+        True when the claim was full (more may be ready).
+        """
         limit = min(self._capacity(), self.batch_size)
-        jobs = operations.claim_jobs(
+        acks = self._acks
+        done, jobs = operations.complete_and_claim_jobs(
             self._connection(),
+            acks,
             limit=limit,
             worker=self.id,
             queues=self.queues,
             lease_seconds=self.lease_seconds,
         )
+        self._acks = []
+        self._settle_acks(acks, done)
         self.stats.claimed += len(jobs)
         self.metrics.claimed(jobs)
         for job in jobs:
@@ -393,6 +432,8 @@ class Worker:
                 self.stats.succeeded += 1
                 self.metrics.succeeded(item.job)
             else:
+                if not self._acks:
+                    self._acks_since = time.monotonic()
                 self._acks.append(item.job)
         elif isinstance(item, _Failed):
             self._record_failure(item.job, item.error)
@@ -416,6 +457,9 @@ class Worker:
         batch = self._acks
         done = operations.complete_jobs(self._connection(), batch)
         self._acks = []
+        self._settle_acks(batch, done)
+
+    def _settle_acks(self, batch: list[ClaimedJob], done: set[int]) -> None:
         for job in batch:
             self._finish(job)
             if job.id in done:
@@ -536,6 +580,7 @@ class Worker:
 
     def _abandon_running(self) -> None:
         """Grace period over: record the jobs still running as failed attempts."""
+        self._flush_acks()  # finished jobs are not running: acknowledge them first
         error = RuntimeError(
             f"worker {self.id} shut down before the job finished "
             f"(shutdown grace {self.shutdown_grace:g}s)"

@@ -96,6 +96,63 @@ FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS done(id, token)
 WHERE j.id = done.id AND j.claim_token = done.token AND j.status = 'running'
 RETURNING j.id;
 
+-- name: complete_and_claim_jobs
+-- Acknowledge finished jobs and claim new ones in one round trip (the worker's hot path).
+-- Why one statement: with short jobs the round trip, not the work, is the cost; folding the
+-- batch of acknowledgements into the next claim halves the statements per batch. The `done` CTE
+-- is complete_jobs (fenced by claim token; `retain` picks the retained form), `candidates` and
+-- `claimed` are claim_jobs unchanged. Both CTEs see one snapshot and touch disjoint rows (done:
+-- running, candidates: ready). Output: one row per claimed job, then one row (id NULL) whose
+-- `completed` holds the ids acknowledged; a missing id was no longer held under its token.
+WITH done AS (
+    SELECT d.id, d.token
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS d(id, token)
+),
+deleted AS (
+    DELETE FROM pgjobs_job AS j
+    USING done
+    WHERE NOT %(retain)s
+      AND j.id = done.id AND j.claim_token = done.token AND j.status = 'running'
+    RETURNING j.id
+),
+retained AS (
+    UPDATE pgjobs_job AS j
+    SET status = 'successful', finished_at = now(), lease_expires_at = NULL, claim_token = NULL
+    FROM done
+    WHERE %(retain)s
+      AND j.id = done.id AND j.claim_token = done.token AND j.status = 'running'
+    RETURNING j.id
+),
+candidates AS (
+    SELECT id
+    FROM pgjobs_job
+    WHERE status = 'ready'
+      AND run_after <= now()
+      AND (%(all_queues)s OR queue = ANY(%(queues)s::text[]))
+      AND queue NOT IN (SELECT name FROM pgjobs_queue WHERE paused)
+    ORDER BY priority DESC, run_after, id
+    LIMIT %(limit)s::int
+    FOR UPDATE SKIP LOCKED
+),
+claimed AS (
+    UPDATE pgjobs_job AS j
+    SET status = 'running',
+        attempts = j.attempts + 1,
+        max_attempts = GREATEST(j.max_attempts, j.attempts + 1),
+        claim_token = %(token)s::uuid,
+        worker = %(worker)s,
+        started_at = now(),
+        lease_expires_at = now() + %(lease_seconds)s::float8 * interval '1 second'
+    FROM candidates
+    WHERE j.id = candidates.id
+    RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempts, j.max_attempts,
+              j.run_after, j.created_at, j.claim_token
+)
+SELECT claimed.*, NULL::bigint[] AS completed FROM claimed
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       ARRAY(SELECT id FROM deleted UNION ALL SELECT id FROM retained);
+
 -- name: retry_job
 -- Put a failed job back to 'ready' after `delay_seconds`, appending the error; fenced.
 UPDATE pgjobs_job

@@ -1,0 +1,254 @@
+"""The fast path: acknowledgements batched into the next claim, prepared statements.
+
+Batching must not weaken the guarantees: an acknowledgement only ever deletes a job still held
+under its claim token, and a worker that dies with acknowledgements not yet sent loses nothing
+(those jobs run again: at least once) while atomic jobs' effects still happen exactly once.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import uuid
+from collections import Counter as Tally
+
+import pytest
+from django.db import DatabaseError, connection, connections, transaction
+from helpers import run_worker, wait_until
+
+from django_pgjobs import db, operations
+from django_pgjobs.models import DeadLetter, Job
+from testproject.demo import jobs as demo
+from testproject.demo.models import Counter, Execution
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+FAST_LEASES = {
+    "PGJOBS_LEASE_SECONDS": "2",
+    "PGJOBS_HEARTBEAT_SECONDS": "0.5",
+    "PGJOBS_RESCUE_INTERVAL_SECONDS": "0.5",
+}
+
+
+def claim(limit: int, done=()):
+    return operations.complete_and_claim_jobs(
+        connection, list(done), limit=limit, worker="test", queues=None, lease_seconds=60
+    )
+
+
+def executions_by_label() -> Tally:
+    return Tally(Execution.objects.values_list("label", flat=True))
+
+
+def test_one_statement_acknowledges_the_last_batch_and_claims_the_next():
+    demo.noop.enqueue_many([() for _ in range(5)])
+    completed, first = claim(3)
+    assert completed == set() and len(first) == 3
+    completed, second = claim(3, done=first)
+    assert completed == {job.id for job in first}
+    assert len(second) == 2 and not {j.id for j in second} & completed
+    assert set(Job.objects.values_list("id", flat=True)) == {job.id for job in second}
+    completed, third = claim(3, done=second)
+    assert completed == {job.id for job in second} and third == []
+    assert not Job.objects.exists()
+
+
+def test_batched_acknowledgement_is_fenced_by_the_claim_token(other_connection):
+    demo.noop.enqueue_many([() for _ in range(3)])
+    _, held = claim(3)
+    stolen = held[0]
+    # Its lease expired and another worker claimed it again: new token.
+    other_connection.execute(
+        "UPDATE pgjobs_job SET claim_token = gen_random_uuid() WHERE id = %s", (stolen.id,)
+    )
+    completed, _ = claim(0, done=held)
+    assert completed == {held[1].id, held[2].id}
+    assert list(Job.objects.values_list("id", flat=True)) == [stolen.id]
+
+
+def test_batched_acknowledgement_keeps_rows_when_retention_is_on(settings):
+    settings.PGJOBS = {**settings.PGJOBS, "KEEP_SUCCEEDED_SECONDS": 3600}
+    demo.noop.enqueue_many([() for _ in range(2)])
+    _, held = claim(2)
+    completed, _ = claim(2, done=held)
+    assert completed == {job.id for job in held}
+    rows = Job.objects.all()
+    assert all(r.status == "successful" and r.finished_at and r.claim_token is None for r in rows)
+
+
+def test_worker_sends_fewer_statements_than_jobs(monkeypatch):
+    calls = Tally()
+    for name in ("complete_and_claim_jobs", "complete_jobs", "claim_jobs"):
+        original = getattr(operations, name)
+
+        def counting(*args, _name=name, _original=original, **kwargs):
+            calls[_name] += 1
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(operations, name, counting)
+    labels = [f"batched-{i}" for i in range(300)]
+    demo.record.enqueue_many([(label,) for label in labels[:150]])
+    demo.record_atomic.enqueue_many([(label,) for label in labels[150:]])
+    worker = run_worker(concurrency=4, batch_size=50, prefetch=50)
+    assert worker.stats.succeeded == 300
+    tally = executions_by_label()
+    assert set(tally) == set(labels) and set(tally.values()) == {1}
+    assert not Job.objects.exists()
+    # Atomic jobs acknowledge themselves (one statement each, in their own transaction); the
+    # 150 others share the claim statements.
+    assert calls["claim_jobs"] == 0
+    assert calls["complete_and_claim_jobs"] + calls["complete_jobs"] - 150 < 150 / 5
+
+
+def test_the_combined_statement_claims_exactly_as_claim_jobs_does():
+    """complete_and_claim_jobs repeats claim_jobs' two CTEs (the SQL file has no includes):
+    they must not drift apart."""
+    from django_pgjobs.sql import query
+
+    def normalized(text: str) -> str:
+        return " ".join(text.replace("%(limit)s::int", "%(limit)s").replace("::float8", "").split())
+
+    claim = normalized(query("claim_jobs"))
+    combined = normalized(query("complete_and_claim_jobs"))
+    candidates = claim[claim.index("SELECT id FROM pgjobs_job") : claim.index(") UPDATE")]
+    update = claim[claim.index("UPDATE pgjobs_job AS j") :]
+    assert candidates in combined
+    assert update in combined
+
+
+def test_the_combined_statement_claims_through_the_partial_index():
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after,
+                                    attempts, max_attempts, created_at, worker, errors)
+            SELECT 'x.y', 'default', 0, '[]', '{}', 'ready', now(), 0, 5, now(), '', '[]'
+            FROM generate_series(1, 200)
+            """
+        )
+        cursor.execute("ANALYZE pgjobs_job")
+    from django_pgjobs.sql import query
+
+    params = {
+        "ids": [1, 2],
+        "tokens": [uuid.uuid4(), uuid.uuid4()],
+        "retain": False,
+        "limit": 10,
+        "worker": "w",
+        "all_queues": True,
+        "queues": [],
+        "lease_seconds": 30.0,
+        "token": uuid.uuid4(),
+    }
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + query("complete_and_claim_jobs"), params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "pgjobs_job_claim_idx" in plan, plan
+
+
+def prepared_statements(conn) -> int:
+    with conn.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements")
+        return cursor.fetchone()[0]
+
+
+def test_hot_path_statements_are_prepared_once_per_connection():
+    demo.noop.enqueue_many([() for _ in range(4)])
+    before = prepared_statements(connection)
+    for _ in range(4):
+        claim(1)
+    assert prepared_statements(connection) == before + 1  # one statement, prepared once
+
+
+def test_prepared_statements_can_be_turned_off(settings):
+    settings.PGJOBS = {**settings.PGJOBS, "PREPARED_STATEMENTS": False}
+    connection.close()
+    demo.noop.enqueue_many([() for _ in range(2)])
+    claim(1)
+    claim(1)
+    assert prepared_statements(connection) == 0
+
+
+def test_prepared_path_joins_the_callers_transaction_and_rolls_back_with_it():
+    demo.noop.enqueue_many([() for _ in range(2)])
+    _, held = claim(2)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        assert operations.complete_jobs(connection, held) == {job.id for job in held}
+        raise RuntimeError("roll back")
+    assert Job.objects.filter(status="running").count() == 2
+
+
+def test_prepared_path_raises_django_errors_and_respects_broken_transactions():
+    bad = {"id": 1, "token": "not-a-uuid", "delay_seconds": 1, "error": "[]"}
+    with transaction.atomic():
+        with pytest.raises(DatabaseError), transaction.atomic(savepoint=False):
+            db.execute_prepared(connection, "retry_job", bad)  # django.db's error, not psycopg's
+        # Like Django's own cursor: no statement runs in a transaction known to be broken.
+        with pytest.raises(transaction.TransactionManagementError):
+            claim(1)
+    claim(1)  # and the connection is usable afterwards
+
+
+def test_sigkilled_worker_with_unsent_acknowledgements_loses_nothing(
+    start_worker, other_connection
+):
+    """The acknowledgements of finished jobs are held back (their rows are locked by another
+    transaction) when the worker is SIGKILLed: plain jobs run again, atomic jobs' effects
+    happen exactly once, nothing is lost."""
+    plain = [f"plain-{i}" for i in range(4)]
+    atomic = [f"atomic-{i}" for i in range(4)]
+    demo.record.enqueue_many([((label,), {"sleep": 0.5}) for label in plain])
+    demo.record_atomic.enqueue_many([((label,), {"sleep": 0.5}) for label in atomic])
+    victim = start_worker("--concurrency", "8", "--batch-size", "8", env=FAST_LEASES)
+    wait_until(lambda: Job.objects.filter(status="running").count() == 8, timeout=30)
+    # Hold every claimed row: the worker's acknowledgements (and the atomic jobs' own
+    # completions) now wait for this transaction.
+    blocker = other_connection
+    blocker.execute("BEGIN")
+    blocker.execute("SELECT id FROM pgjobs_job WHERE status = 'running' FOR UPDATE")
+    wait_until(lambda: executions_by_label().keys() >= set(plain), timeout=30)
+    time.sleep(0.5)  # the atomic jobs reach their completion and wait on the lock too
+    assert not Execution.objects.filter(label__in=atomic).exists()  # not committed
+    victim.kill()
+    # A killed client's backends would still commit once the lock is gone: end them, as the
+    # server does when it notices the dead peer.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        ours = cursor.fetchone()[0]
+    blocker.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid NOT IN (pg_backend_pid(), %s)",
+        (ours,),
+    )
+    blocker.execute("ROLLBACK")
+    assert Job.objects.count() == 8  # nothing was acknowledged, nothing is lost
+    survivor = start_worker("--concurrency", "8", env=FAST_LEASES)
+    wait_until(lambda: not Job.objects.exists(), timeout=60)
+    survivor.signal(signal.SIGTERM)
+    assert survivor.wait(30) == 0, survivor.output()
+    tally = executions_by_label()
+    assert all(tally[label] == 2 for label in plain), tally  # at least once: ran again
+    assert all(tally[label] == 1 for label in atomic), tally  # exactly once
+    assert dict(Counter.objects.values_list("name", "value")) == dict.fromkeys(atomic, 1)
+    assert not DeadLetter.objects.exists()
+
+
+def test_sigkill_mid_drain_with_big_batches_loses_nothing(start_worker):
+    labels = [f"drain-{i}" for i in range(1200)]
+    half = len(labels) // 2
+    demo.record.enqueue_many([((label,), {"sleep": 0.002}) for label in labels[:half]])
+    demo.record_atomic.enqueue_many([((label,), {"sleep": 0.002}) for label in labels[half:]])
+    options = ("--concurrency", "8", "--batch-size", "100", "--prefetch", "100")
+    victim = start_worker(*options, env=FAST_LEASES)
+    other = start_worker(*options, env=FAST_LEASES)
+    wait_until(lambda: Execution.objects.count() > 300, timeout=60)
+    victim.kill()
+    wait_until(lambda: not Job.objects.exists(), timeout=120)
+    other.signal(signal.SIGTERM)
+    assert other.wait(30) == 0, other.output()
+    tally = executions_by_label()
+    assert set(tally) == set(labels), "a job was lost"
+    assert all(tally[label] == 1 for label in labels[half:]), "an atomic job ran twice"
+    assert sum(Counter.objects.values_list("value", flat=True)) == len(labels) - half
+    assert not DeadLetter.objects.exists()
+    connections.close_all()
