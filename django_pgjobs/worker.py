@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 
-from . import metrics, operations, registry, signals
+from . import metrics, operations, redaction, registry, signals
 from .conf import get_config
 from .context import reset_current_job, set_current_job
 from .operations import ClaimedJob
@@ -476,6 +476,7 @@ class Worker:
 
     def _record_failure(self, job: ClaimedJob, error: BaseException) -> None:
         entry = operations.error_entry(job.attempts, error, worker=self.id)
+        entry = redaction.hide_secrets(entry, job)  # stored, shown and logged: no secrets
         summary = f"{entry['type']}: {_one_line(entry['message'])}"
         if job.is_last_attempt:
             self._dead_letter(

@@ -58,9 +58,12 @@ class ValueFilter(admin.SimpleListFilter):
         return [(value, value or "(none)") for value in self.values_from(model_admin.connection())]
 
     def queryset(self, request, queryset):
-        if self.value() is None:
+        value = self.value()
+        if value is None:
             return queryset
-        return queryset.filter(**{self.field: self.value()})
+        if "\x00" in value:  # PostgreSQL refuses NUL in text, so no row holds one
+            return queryset.none()
+        return queryset.filter(**{self.field: value})
 
 
 class QueueFilter(ValueFilter):
@@ -79,6 +82,21 @@ class CappedChangeList(ChangeList):
         self.result_count = min(self.result_count, COUNT_CAP)
         self.multi_page = self.result_count > self.list_per_page
         self.can_show_all = self.result_count <= self.list_max_show_all and not self.count_capped
+
+
+BIGINT_MAX = 2**63 - 1
+
+
+def row_id(text: object) -> int | None:
+    """``text`` (``123`` or ``#123``, from a URL or the search box) as a row id, or None.
+
+    Only ASCII digits within bigint: ``"²".isdigit()`` is true but ``int("²")`` fails, and a
+    number past bigint fails in PostgreSQL.
+    """
+    number = str(text).strip().removeprefix("#")
+    if not (number.isascii() and number.isdigit()) or int(number) > BIGINT_MAX:
+        return None
+    return int(number)
 
 
 def plural(count: int, singular: str, plural_form: str | None = None) -> str:
@@ -198,7 +216,10 @@ class JobRowAdmin(OperatorAdmin):
         refused = refuse_mutation(self, request, spec.permission)
         if refused:
             return refused
-        return self.act_on(request, object_id, spec)
+        pk = row_id(object_id)
+        if pk is None:
+            raise Http404("no such row")
+        return self.act_on(request, pk, spec)
 
     def act_on(self, request, object_id, spec):
         raise NotImplementedError

@@ -8,7 +8,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import flatten_fieldsets
 from django.db.models import Q
 from django.db.models.functions import Left
-from django.http import Http404, HttpResponseRedirect
+from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
@@ -23,6 +23,7 @@ from .base import (
     ValueFilter,
     plural,
     require_view,
+    row_id,
 )
 
 LIST_FIELDS = (
@@ -109,9 +110,9 @@ class DeadLetterAdmin(JobRowAdmin):
         term = search_term.strip()
         if not term:
             return queryset, False
-        number = term.removeprefix("#")
-        if number.isdigit():
-            return queryset.filter(Q(id=int(number)) | Q(job_id=int(number))), False
+        number = row_id(term)
+        if number is not None:
+            return queryset.filter(Q(id=number) | Q(job_id=number)), False
         return queryset.filter(
             Q(name=term) | Q(name__endswith=f".{term}") | Q(error_type=term) | Q(unique_key=term)
         ), False
@@ -169,9 +170,7 @@ class DeadLetterAdmin(JobRowAdmin):
 
     def act_on(self, request, object_id, spec: Action):
         """Requeue or delete one dead letter (the buttons of its page)."""
-        if not str(object_id).isdigit():
-            raise Http404("no such dead letter")
-        done = spec.operation(self.connection(), [int(object_id)])
+        done = spec.operation(self.connection(), [object_id])
         if not done:
             messages.warning(
                 request,

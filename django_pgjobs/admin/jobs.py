@@ -17,7 +17,7 @@ from ..models import Job, view_condition
 from ..states import View
 from . import display
 from .actions import JOB_ACTIONS, JOB_ACTIONS_BY_FILTER, Action
-from .base import CappedChangeList, JobRowAdmin, QueueFilter
+from .base import CappedChangeList, JobRowAdmin, QueueFilter, row_id
 from .dashboard import dashboard_view
 
 LIST_FIELDS = (
@@ -73,7 +73,12 @@ class JobNameFilter(admin.SimpleListFilter):
         return [(name, name) for name in sorted(names)]
 
     def queryset(self, request, queryset):
-        return queryset.filter(name=self.value()) if self.value() else queryset
+        value = self.value()
+        if not value:
+            return queryset
+        if "\x00" in value:  # PostgreSQL refuses NUL in text, so no row holds one
+            return queryset.none()
+        return queryset.filter(name=value)
 
 
 class JobChangeList(CappedChangeList):
@@ -149,9 +154,9 @@ class JobAdmin(JobRowAdmin):
         term = search_term.strip()
         if not term:
             return queryset, False
-        number = term.removeprefix("#")
-        if number.isdigit():
-            return queryset.filter(id=int(number)), False
+        number = row_id(term)
+        if number is not None:
+            return queryset.filter(id=number), False
         return queryset.filter(
             Q(name=term) | Q(name__endswith=f".{term}") | Q(unique_key=term)
         ), False
