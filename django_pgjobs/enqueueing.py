@@ -29,8 +29,20 @@ def enqueue(job: JobDefinition | str, *args: Any, **kwargs: Any) -> Job:
 
 
 def _row_params(definition: JobDefinition, args: tuple | list, kwargs: dict) -> dict[str, Any]:
-    config = get_config()
-    args_json, kwargs_json = dump_arguments(args, kwargs, config.MAX_PAYLOAD_BYTES)
+    args_json, kwargs_json, unique_key = _call_values(definition, args, kwargs)
+    return {
+        **_definition_params(definition),
+        "args": args_json,
+        "kwargs": kwargs_json,
+        "unique_key": unique_key,
+    }
+
+
+def _call_values(
+    definition: JobDefinition, args: tuple | list, kwargs: dict
+) -> tuple[str, str, str | None]:
+    """What differs from call to call: the checked JSON arguments and the unique key."""
+    args_json, kwargs_json = dump_arguments(args, kwargs, get_config().MAX_PAYLOAD_BYTES)
     try:
         # the worker would dead-letter a job whose arguments do not fit; say so to the caller
         definition.check_arguments(list(args), kwargs)
@@ -39,6 +51,11 @@ def _row_params(definition: JobDefinition, args: tuple | list, kwargs: dict) -> 
     unique_key = definition.fixed_unique_key
     if unique_key is None and definition.unique_key is not None:
         unique_key = check_unique_key(definition.unique_key(*args, **kwargs))
+    return args_json, kwargs_json, unique_key
+
+
+def _definition_params(definition: JobDefinition) -> dict[str, Any]:
+    """What every call of one definition shares."""
     run_after = definition.run_after
     if definition.delay:
         run_after = timezone.now() + timedelta(seconds=definition.delay)
@@ -46,11 +63,8 @@ def _row_params(definition: JobDefinition, args: tuple | list, kwargs: dict) -> 
         "name": definition.name,
         "queue": definition.get_queue(),
         "priority": definition.priority,
-        "args": args_json,
-        "kwargs": kwargs_json,
         "run_after": run_after,
         "max_attempts": definition.get_max_attempts(),
-        "unique_key": unique_key,
     }
 
 
@@ -91,19 +105,8 @@ def enqueue_many(
     holds the inserted jobs only.
     """
     definition = registry.resolve(definition)
-    columns: dict[str, list[Any]] = {
-        key: []
-        for key in (
-            "names",
-            "queues",
-            "priorities",
-            "args",
-            "kwargs",
-            "run_afters",
-            "max_attempts",
-            "unique_keys",
-        )
-    }
+    inputs: list[tuple[list, dict, str | None]] = []
+    columns: dict[str, list[Any]] = {"args": [], "kwargs": [], "unique_keys": []}
     for call in calls:
         if (
             isinstance(call, tuple)
@@ -118,22 +121,78 @@ def enqueue_many(
             raise TypeError(
                 f"each call must be an args tuple/list or an (args, kwargs) pair, not {call!r}"
             )
-        params = _row_params(definition, call_args, call_kwargs)
-        columns["names"].append(params["name"])
-        columns["queues"].append(params["queue"])
-        columns["priorities"].append(params["priority"])
-        columns["args"].append(params["args"])
-        columns["kwargs"].append(params["kwargs"])
-        columns["run_afters"].append(params["run_after"])
-        columns["max_attempts"].append(params["max_attempts"])
-        columns["unique_keys"].append(params["unique_key"])
-    if not columns["names"]:
+        args_json, kwargs_json, unique_key = _call_values(definition, call_args, call_kwargs)
+        columns["args"].append(args_json)
+        columns["kwargs"].append(kwargs_json)
+        columns["unique_keys"].append(unique_key)
+        inputs.append((list(call_args), dict(call_kwargs), unique_key))
+    if not inputs:
         return []
+    params = _definition_params(definition)
     connection = db.jobs_connection()
     rows = db.execute_prepared(
-        connection, "enqueue_jobs", {**columns, "notify": get_config().LISTEN_NOTIFY}
+        connection,
+        "enqueue_jobs",
+        {
+            **columns,
+            "name": params["name"],
+            "queue": params["queue"],
+            "priority": params["priority"],
+            "run_after": params["run_after"],
+            "max_attempts": params["max_attempts"],
+            "notify": get_config().LISTEN_NOTIFY,
+        },
     )
-    jobs = [_to_job(row, connection.alias) for row in rows]
+    jobs = _jobs_from_inserted(rows, inputs, params, connection.alias)
     for job in jobs:
         signals.job_enqueued.send(sender=Job, job=job, created=True)
+    return jobs
+
+
+def _jobs_from_inserted(
+    rows: list[dict[str, Any]],
+    inputs: list[tuple[list, dict, str | None]],
+    params: dict[str, Any],
+    alias: str,
+) -> list[Job]:
+    """Build the saved jobs from what the statement returned (ids, times) and what was sent.
+
+    Rows come back in input order; an input whose unique key was in flight has no row.
+    """
+    fields = [f.attname for f in Job._meta.concrete_fields]
+    common = {
+        "name": params["name"],
+        "queue": params["queue"],
+        "priority": params["priority"],
+        "status": "ready",
+        "attempts": 0,
+        "max_attempts": params["max_attempts"],
+        "started_at": None,
+        "finished_at": None,
+        "lease_expires_at": None,
+        "claim_token": None,
+        "worker": "",
+    }
+    jobs = []
+    pending = iter(rows)
+    row = next(pending, None)
+    for args, kwargs, unique_key in inputs:
+        if row is None:
+            break
+        if unique_key is not None and row["unique_key"] != unique_key:
+            continue  # this one was not inserted: its key is in flight
+        values = {
+            **common,
+            "id": row["id"],
+            "run_after": row["run_after"],
+            "created_at": row["created_at"],
+            "unique_key": unique_key,
+            "args": args,
+            "kwargs": kwargs,
+            "errors": [],
+        }
+        jobs.append(Job.from_db(alias, fields, [values[name] for name in fields]))
+        row = next(pending, None)
+    if row is not None or len(jobs) != len(rows):
+        raise RuntimeError("enqueue_jobs returned rows that match no input")
     return jobs

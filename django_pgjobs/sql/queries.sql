@@ -22,22 +22,24 @@ SELECT inserted.*,
 FROM inserted;
 
 -- name: enqueue_jobs
--- Insert many jobs in one statement from parallel arrays (unnest), same rules as enqueue_job;
--- one notification per queue that received a due job.
+-- Insert many jobs of one kind in one statement: the per-job values (args, kwargs, unique key)
+-- come as parallel arrays (unnest), the rest once; same rules as enqueue_job and one notification
+-- per statement when the jobs are due. Returns only what the database chose, in input order (as
+-- Django's bulk_create relies on); jobs whose unique_key was in flight are missing.
 WITH inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
                             max_attempts, unique_key, created_at, worker, errors)
-    SELECT n, q, p, a, k, 'ready', COALESCE(r, now()), 0, m, u, now(), '', '[]'::jsonb
-    FROM unnest(%(names)s::text[], %(queues)s::text[], %(priorities)s::smallint[],
-                %(args)s::jsonb[], %(kwargs)s::jsonb[], %(run_afters)s::timestamptz[],
-                %(max_attempts)s::int[], %(unique_keys)s::text[])
-         AS rows(n, q, p, a, k, r, m, u)
+    SELECT %(name)s::text, %(queue)s::text, %(priority)s::smallint, a, k, 'ready',
+           COALESCE(%(run_after)s::timestamptz, now()), 0, %(max_attempts)s::int, u, now(), '',
+           '[]'::jsonb
+    FROM unnest(%(args)s::jsonb[], %(kwargs)s::jsonb[], %(unique_keys)s::text[]) AS rows(a, k, u)
     ON CONFLICT (unique_key) WHERE status IN ('ready', 'running') DO NOTHING
-    RETURNING *
+    RETURNING id, run_after, created_at, unique_key
 ),
 woken AS (
-    SELECT pg_notify('pgjobs', queue)
-    FROM (SELECT DISTINCT queue FROM inserted WHERE %(notify)s AND run_after <= now()) due
+    SELECT pg_notify('pgjobs', %(queue)s::text)
+    WHERE %(notify)s
+      AND EXISTS (SELECT 1 FROM inserted WHERE run_after <= now())
 )
 SELECT inserted.* FROM inserted, (SELECT count(*) FROM woken) AS notified;
 

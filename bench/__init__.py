@@ -1,0 +1,1 @@
+"""Benchmarks of django-pgjobs against its peers: ``python -m bench`` (see docs/benchmarks.md)."""

@@ -1,0 +1,77 @@
+"""django-pgjobs driver."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from bench.drivers import common
+
+
+def _django():
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.pgjobs_settings")
+    import django
+
+    django.setup()
+
+
+def main(argv: list[str]) -> None:
+    command, *rest = argv
+    if command == "worker":
+        # the real command, as a user runs it
+        concurrency, batch, prefetch = "1", "10", "0"
+        args = list(rest)
+        extra = []
+        while args:
+            flag = args.pop(0)
+            if flag == "--concurrency":
+                concurrency = args.pop(0)
+            elif flag == "--batch":
+                batch = args.pop(0)
+            elif flag == "--prefetch":
+                prefetch = args.pop(0)
+            elif flag == "--poll":
+                extra += ["--no-listen", "--poll-interval", args.pop(0)]
+        env = {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.pgjobs_settings"}
+        os.execve(
+            sys.executable,
+            [
+                sys.executable,
+                "-m",
+                "django",
+                "runjobs",
+                "--concurrency",
+                concurrency,
+                "--batch-size",
+                batch,
+                "--prefetch",
+                prefetch,
+                *extra,
+            ],
+            env,
+        )
+    _django()
+    from django.core.management import call_command
+
+    from bench import pgjobs_jobs as jobs
+
+    if command == "setup":
+        call_command("migrate", verbosity=0)
+    elif command == "enqueue":
+        common.timed_loop(int(rest[0]), jobs.noop.enqueue)
+    elif command == "bulk":
+        n = int(rest[0])
+        common.timed_bulk(lambda: jobs.noop.enqueue_many([() for _ in range(n)]))
+    elif command == "bulk-sleep":
+        n = int(rest[0])
+        common.timed_bulk(
+            lambda: jobs.nap.enqueue_many([(common.sleep_seconds(i),) for i in range(n)])
+        )
+    elif command == "latency":
+        common.latency_loop(int(rest[0]), float(rest[1]), jobs.timed.enqueue)
+    else:
+        raise SystemExit(f"unknown command {command}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

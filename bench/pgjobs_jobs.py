@@ -1,0 +1,21 @@
+"""The benchmark's jobs for django-pgjobs."""
+
+import time
+
+from bench.drivers.common import record_latency
+from django_pgjobs import job
+
+
+@job(name="bench.noop")
+def noop() -> None:
+    pass
+
+
+@job(name="bench.nap")
+def nap(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+@job(name="bench.timed")
+def timed(sent: float) -> None:
+    record_latency(sent)

@@ -1,0 +1,93 @@
+"""Turn a result dict of ``bench.run`` into the Markdown table of docs/benchmarks.md."""
+
+from __future__ import annotations
+
+ROWS = [
+    ("enqueue_1", "enqueue, 1 job per transaction, 1 producer (jobs/s)", "rate"),
+    ("enqueue_8", "enqueue, 1 job per transaction, 8 producers (jobs/s)", "rate"),
+    ("enqueue_8_nonotify", "... same, notifications off (jobs/s)", "rate"),
+    ("bulk", "bulk enqueue, one call (jobs/s)", "rate"),
+    ("drain_1", "drain no-op jobs, 1 worker process (jobs/s)", "rate"),
+    ("drain_2", "drain no-op jobs, 2 worker processes (jobs/s)", "rate"),
+    ("sleepy", "drain 2-5 ms sleeping jobs, parallelism 32, batch 50 (jobs/s)", "rate"),
+    ("latency_listen", "enqueue -> start p50 / p99, LISTEN/NOTIFY (ms)", "latency"),
+    ("latency_poll", "enqueue -> start p50 / p99, polling every 1 s (ms)", "latency"),
+]
+
+
+def _cell(entry, kind: str) -> str:
+    if entry is None:
+        return "n/a"
+    if "error" in entry:
+        return "error"
+    if kind == "latency":
+        return f"{entry['median']['p50_ms']:.1f} / {entry['median']['p99_ms']:.1f}"
+    return f"{entry['median']:,.0f}"
+
+
+def _value(entry, kind: str):
+    if not entry or "error" in entry:
+        return None
+    return entry["median"]["p50_ms"] if kind == "latency" else entry["median"]
+
+
+def write_reports(results: dict) -> str:
+    systems = results["systems"]
+    names = [s for s in systems if "skipped" not in systems[s]]
+    peers = [s for s in names if s != "pgjobs"]
+    lines = []
+    header = ["measurement", *[systems[s]["label"] for s in names]]
+    header += [f"pgjobs ÷ {systems[p]['label']}" for p in peers if "pgjobs" in names]
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|" + "---|" * len(header))
+    for key, title, kind in ROWS:
+        if not any(key in systems[s] for s in names):
+            continue
+        cells = [title] + [_cell(systems[s].get(key), kind) for s in names]
+        if "pgjobs" in names:
+            ours = _value(systems["pgjobs"].get(key), kind)
+            for peer in peers:
+                theirs = _value(systems[peer].get(key), kind)
+                if ours is None or theirs is None or key == "enqueue_8_nonotify":
+                    cells.append("")
+                elif kind == "latency":  # lower is better: how many times faster
+                    cells.append(f"{theirs / ours:.1f}× faster")
+                else:
+                    cells.append(f"{ours / theirs:.2f}×")
+        lines.append("| " + " | ".join(cells) + " |")
+    for spec in systems.values():
+        if "skipped" in spec:
+            lines.append(f"\n{spec['label']}: skipped ({spec['skipped']}).")
+    raw = results.get("raw_sql") or {}
+    if raw:
+        lines.append("")
+        lines.append(
+            "Raw-SQL limit (django-pgjobs' claim and acknowledge statements from psycopg, one "
+            f"connection): {raw['batch_1_jobs_per_s']:,.0f} jobs/s one job per claim "
+            f"(claim_jobs + complete_jobs), {raw['batch_50_jobs_per_s']:,.0f} jobs/s in batches "
+            "of 50 (complete_and_claim_jobs)."
+        )
+    claim = results.get("claim_cost") or {}
+    if claim.get("rows_large"):
+        small, large = claim["rows_10k"], claim["rows_large"]
+        lines.append("")
+        lines.append(
+            "Claim cost (complete_and_claim_jobs, batch 10): p50 "
+            f"{small['p50_ms']:.2f} ms with 10k rows of history/scheduled jobs, "
+            f"{large['p50_ms']:.2f} ms with {claim['history_rows']:,} rows "
+            f"({claim['table_size']}): {large['p50_ms'] / small['p50_ms']:.2f}× "
+            f"(mean {small['mean_ms']:.2f} → {large['mean_ms']:.2f} ms)."
+        )
+    meta = results.get("meta") or {}
+    if meta:
+        lines.append("")
+        lines.append(
+            f"Run: `{meta['command'].strip()}` on {meta['date']}, {meta['cpus']} CPUs, Python "
+            f"{meta['python']}, PostgreSQL {meta['server'].get('server_version')} "
+            f"(fsync {meta['server'].get('fsync')}, synchronous_commit "
+            f"{meta['server'].get('synchronous_commit')}), medians of {meta['repeat']} runs, "
+            f"{meta['seconds']} s in all. Versions: "
+            + ", ".join(f"{k} {v}" for k, v in meta["versions"].items())
+            + "."
+        )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,468 @@
+"""Run the benchmark: ``python -m bench`` (or ``python bench/run.py``) from the repository root.
+
+Starts a private throwaway PostgreSQL (testproject/throwaway_pg.py) unless ``DATABASE_URL`` is
+set, switches it to durable commits (fsync, full_page_writes, synchronous_commit on: the server
+defaults), gives every system its own database on that one server, and measures each installed
+system in turn with the same jobs and the same clock. Every number is the median of
+``--repeat`` runs (3 by default). Writes ``bench/results/latest.json`` and ``latest.md``.
+
+    python -m bench                  # full run (about 20 minutes on 2 cores)
+    python -m bench --quick          # smaller N, fewer history rows (a few minutes)
+    python -m bench --systems pgjobs,pgqueuer --only drain,latency
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import psycopg  # noqa: E402
+
+from bench import sqlbench  # noqa: E402
+from bench.report import write_reports  # noqa: E402
+
+# Per system: the package that must be importable, how to count unfinished jobs, how to empty
+# the queue between runs, and each one's best settings (found by trying; see docs/benchmarks.md).
+SYSTEMS: dict[str, dict] = {
+    "pgjobs": {
+        "label": "django-pgjobs",
+        "package": "django_pgjobs",
+        "remaining": "SELECT count(*) FROM pgjobs_job WHERE status IN ('ready', 'running')",
+        "reset": "TRUNCATE pgjobs_job, pgjobs_deadletter, pgjobs_worker",
+        "drain": ["--concurrency", "2", "--batch", "100", "--prefetch", "100"],
+        "sleepy": ["--concurrency", "32", "--batch", "50"],
+        "latency": ["--concurrency", "4"],
+        "poll": ["--concurrency", "4", "--poll", "1"],
+    },
+    "pgqueuer": {
+        "label": "PgQueuer",
+        "package": "pgqueuer",
+        "remaining": "SELECT count(*) FROM pgqueuer WHERE status IN ('queued', 'picked')",
+        "reset": "TRUNCATE pgqueuer, pgqueuer_log",
+        "drain": ["--batch", "100"],
+        "sleepy": ["--concurrency", "32", "--batch", "50"],
+        "latency": ["--batch", "10"],
+        "poll": None,  # PgQueuer always listens; no poll-only mode
+    },
+    "procrastinate": {
+        "label": "Procrastinate",
+        "package": "procrastinate",
+        "remaining": "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')",
+        "reset": "TRUNCATE procrastinate_jobs CASCADE",
+        "drain": ["--concurrency", "10"],
+        "sleepy": ["--concurrency", "32"],
+        "latency": ["--concurrency", "1"],
+        "poll": ["--concurrency", "1", "--poll", "1"],
+    },
+    "tasksdb": {
+        "label": "django-tasks-db",
+        "package": "django_tasks_db",
+        "remaining": "SELECT count(*) FROM django_tasks_database_dbtaskresult "
+        "WHERE status IN ('READY', 'RUNNING')",
+        "reset": "TRUNCATE django_tasks_database_dbtaskresult",
+        "drain": ["--interval", "0.1"],
+        "sleepy": ["--interval", "0.1"],  # one task at a time per process
+        "latency": None,  # polling only
+        "poll": ["--interval", "1"],
+    },
+    "celery": {
+        "label": "Celery (Redis broker)",
+        "package": "celery",
+        "remaining": None,  # counted by the driver through Redis
+        "reset": None,
+        "drain": ["--concurrency", "1"],
+        "sleepy": ["--concurrency", "32"],
+        "latency": ["--concurrency", "1"],
+        "poll": None,
+    },
+}
+
+SIZES = {
+    # name: (full, quick)
+    "enqueue": (3000, 600),
+    "bulk": (50_000, 10_000),
+    "drain_fast": (30_000, 6000),  # systems that drain > 2k jobs/s
+    "drain_medium": (10_000, 2000),  # Celery
+    "drain_slow": (3000, 600),
+    "sleepy": (6000, 1500),
+    "latency": (150, 60),
+    "latency_poll": (40, 15),
+    "history": (5_000_000, 500_000),
+}
+SLOW = {"procrastinate", "tasksdb"}
+DRAIN_SIZE = {"pgjobs": "drain_fast", "pgqueuer": "drain_fast", "celery": "drain_medium"}
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, server_url: str) -> None:
+        self.args = args
+        self.quick = args.quick
+        self.repeat = args.repeat
+        self.server_url = server_url
+        self.results: dict = {"systems": {}, "raw_sql": {}, "claim_cost": {}, "notify": {}}
+        self.tmp = Path(tempfile.mkdtemp(prefix="pgjobs-bench-"))
+
+    def size(self, name: str) -> int:
+        full, quick = SIZES[name]
+        return quick if self.quick else full
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    def url(self, system: str) -> str:
+        base, _, _ = self.server_url.rpartition("/")
+        return f"{base}/bench_{system}"
+
+    def env(self, system: str, **extra: str) -> dict[str, str]:
+        env = {**os.environ, "BENCH_DATABASE_URL": self.url(system), "PYTHONPATH": str(ROOT)}
+        env.update(extra)
+        return env
+
+    def driver(self, system: str, *args: str, env: dict | None = None, timeout=600) -> dict:
+        out = subprocess.run(
+            [sys.executable, "-m", f"bench.drivers.{system}", *args],
+            cwd=ROOT,
+            env=env or self.env(system),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"{system} {args}: exit {out.returncode}\n{out.stderr[-3000:]}")
+        lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+        return json.loads(lines[-1]) if lines else {}
+
+    def sql(self, system: str, statement: str):
+        with psycopg.connect(self.url(system), autocommit=True) as conn:
+            return (
+                conn.execute(statement).fetchall()
+                if statement.lstrip().upper().startswith("SELECT")
+                else conn.execute(statement)
+            )
+
+    def remaining(self, system: str) -> int:
+        spec = SYSTEMS[system]
+        if spec["remaining"] is None:
+            return self.driver(system, "remaining")["remaining"]
+        with psycopg.connect(self.url(system), autocommit=True) as conn:
+            return conn.execute(spec["remaining"]).fetchone()[0]
+
+    def reset(self, system: str) -> None:
+        spec = SYSTEMS[system]
+        if spec["reset"] is None:
+            self.driver(system, "reset")
+        else:
+            with psycopg.connect(self.url(system), autocommit=True) as conn:
+                conn.execute(spec["reset"])
+                conn.execute("VACUUM ANALYZE")
+
+    def start_workers(self, system: str, count: int, options: list[str], **env: str):
+        workers = []
+        for index in range(count):
+            log = open(self.tmp / f"{system}-worker-{index}.log", "w")  # noqa: SIM115
+            workers.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", f"bench.drivers.{system}", "worker", *options],
+                    cwd=ROOT,
+                    env=self.env(system, **env),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+        time.sleep(3.0 + count)  # start-up (imports, connections) is not measured
+        for worker in workers:
+            if worker.poll() is not None:
+                raise RuntimeError(f"{system} worker exited: see {self.tmp}")
+        return workers
+
+    def stop_workers(self, workers) -> None:
+        for worker in workers:
+            worker.send_signal(signal.SIGTERM)
+        for worker in workers:
+            try:
+                worker.wait(20)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait(5)
+
+    def wait_empty(self, system: str, timeout: float, interval: float = 0.02) -> float:
+        deadline = time.time() + timeout
+        while self.remaining(system) > 0:
+            if time.time() > deadline:
+                raise RuntimeError(f"{system}: jobs left after {timeout}s")
+            time.sleep(interval)
+        return time.time()
+
+    def median(self, measure, repeat: int | None = None) -> dict:
+        samples = [measure() for _ in range(repeat or self.repeat)]
+        return {"median": statistics.median(samples), "samples": samples}
+
+    # -- measurements ---------------------------------------------------------------------------
+
+    def enqueue_rate(self, system: str, producers: int, **env: str) -> float:
+        n = self.size("enqueue") // (2 if system in SLOW else 1)
+        per = n // producers
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", f"bench.drivers.{system}", "enqueue", str(per)],
+                cwd=ROOT,
+                env=self.env(system, **env),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(producers)
+        ]
+        for proc in procs:
+            assert proc.stdout.readline().strip() == "ready"
+        for proc in procs:
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        reports = []
+        for proc in procs:
+            out, _ = proc.communicate(timeout=600)
+            reports.append(json.loads(out.strip().splitlines()[-1]))
+        self.reset(system)
+        return per * producers / (max(r["end"] for r in reports) - min(r["start"] for r in reports))
+
+    def bulk_rate(self, system: str) -> float:
+        n = self.size("bulk")
+        seconds = self.driver(system, "bulk", str(n))["seconds"]
+        self.reset(system)
+        return n / seconds
+
+    def drain_rate(self, system: str, processes: int, options: list[str], sleepy=False) -> float:
+        if sleepy:
+            n = self.size("sleepy") // (3 if system in SLOW else 1)
+        else:
+            n = self.size(DRAIN_SIZE.get(system, "drain_slow"))
+        workers = self.start_workers(system, processes, options)
+        try:
+            report = self.driver(system, "bulk-sleep" if sleepy else "bulk", str(n))
+            committed = report["end"]
+            finished = self.wait_empty(system, timeout=600)
+        finally:
+            self.stop_workers(workers)
+        self.reset(system)
+        return n / (finished - committed)
+
+    def latency(self, system: str, options: list[str], poll: bool) -> dict:
+        n = self.size("latency_poll" if poll else "latency")
+        gap = 0.137 if poll else 0.02
+        path = self.tmp / f"{system}-latency-{'poll' if poll else 'listen'}.txt"
+        path.unlink(missing_ok=True)
+        workers = self.start_workers(system, 1, options, BENCH_LATENCY_FILE=str(path))
+        try:
+            self.driver(
+                system, "latency", str(n), str(gap), env=self.env(system, BENCH_LATENCY_FILE="")
+            )
+            self.wait_empty(system, timeout=120)
+            time.sleep(0.3)
+        finally:
+            self.stop_workers(workers)
+        self.reset(system)
+        delays = sorted(float(line) for line in path.read_text().split())
+        return {
+            "p50_ms": 1000 * percentile(delays, 50),
+            "p99_ms": 1000 * percentile(delays, 99),
+            "samples": len(delays),
+        }
+
+    # -- the run --------------------------------------------------------------------------------
+
+    def run_system(self, system: str) -> None:
+        spec = SYSTEMS[system]
+        only = self.args.only
+        result: dict = {"label": spec["label"]}
+        self.results["systems"][system] = result
+        log(f"== {spec['label']}")
+        self.driver(system, "setup")
+        self.reset(system)
+
+        def step(name, measure, repeat=None):
+            if only and not any(name.startswith(o) for o in only):
+                return
+            started = time.time()
+            try:
+                result[name] = self.median(measure, repeat)
+            except Exception as error:  # noqa: BLE001 - one failure must not end the run
+                result[name] = {"error": str(error)[-500:]}
+            log(f"   {name}: {result[name]} ({time.time() - started:.0f}s)")
+
+        step("enqueue_1", lambda: self.enqueue_rate(system, 1))
+        step("enqueue_8", lambda: self.enqueue_rate(system, 8))
+        if system == "pgjobs":
+            step("enqueue_8_nonotify", lambda: self.enqueue_rate(system, 8, BENCH_NOTIFY="0"))
+        step("bulk", lambda: self.bulk_rate(system))
+        step("drain_1", lambda: self.drain_rate(system, 1, spec["drain"]))
+        step("drain_2", lambda: self.drain_rate(system, 2, spec["drain"]))
+        step("sleepy", lambda: self.drain_rate(system, 1, spec["sleepy"], sleepy=True))
+        if spec["latency"] is not None:
+            step("latency_listen", lambda: self.latency(system, spec["latency"], False), 1)
+        if spec["poll"] is not None:
+            step("latency_poll", lambda: self.latency(system, spec["poll"], True), 1)
+
+    def run(self) -> dict:
+        systems = self.args.systems
+        for system in systems:
+            if importlib.util.find_spec(SYSTEMS[system]["package"]) is None:
+                self.results["systems"][system] = {
+                    "label": SYSTEMS[system]["label"],
+                    "skipped": "not installed (pip install -e '.[bench]')",
+                }
+                continue
+            if system == "celery" and not redis_reachable():
+                self.results["systems"][system] = {
+                    "label": SYSTEMS[system]["label"],
+                    "skipped": "no Redis on 127.0.0.1:6379",
+                }
+                continue
+            recreate_database(self.server_url, f"bench_{system}")
+            self.run_system(system)
+        if "pgjobs" in systems and (not self.args.only or "raw" in self.args.only):
+            log("== raw SQL limit (claim + acknowledge statements alone, psycopg)")
+            self.results["raw_sql"] = sqlbench.raw_limit(self.url("pgjobs"), self.quick)
+            log(f"   {self.results['raw_sql']}")
+        if "pgjobs" in systems and (not self.args.only or "claim" in self.args.only):
+            log("== claim cost with history")
+            self.results["claim_cost"] = sqlbench.claim_cost(
+                self.url("pgjobs"), self.size("history"), log
+            )
+            log(f"   {self.results['claim_cost']}")
+        return self.results
+
+
+def percentile(values: list[float], pct: float) -> float:
+    if not values:
+        return float("nan")
+    k = (len(values) - 1) * pct / 100
+    low, high = int(k), min(int(k) + 1, len(values) - 1)
+    return values[low] + (values[high] - values[low]) * (k - low)
+
+
+def redis_reachable() -> bool:
+    import socket
+
+    try:
+        with socket.create_connection(("127.0.0.1", 6379), timeout=1) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def recreate_database(server_url: str, name: str) -> None:
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def make_durable(server_url: str) -> dict:
+    """The throwaway server runs with fsync off for the tests; benchmark with durable commits."""
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        for setting in ("fsync", "full_page_writes", "synchronous_commit"):
+            conn.execute(f"ALTER SYSTEM SET {setting} = on")
+        conn.execute("SELECT pg_reload_conf()")
+        time.sleep(0.5)
+        names = (
+            "server_version",
+            "fsync",
+            "synchronous_commit",
+            "shared_buffers",
+            "max_connections",
+        )
+        return {n: conn.execute(f"SHOW {n}").fetchone()[0] for n in names}
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes: a few minutes")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per number (median)")
+    parser.add_argument(
+        "--systems", default=",".join(SYSTEMS), help=f"comma-separated, of {','.join(SYSTEMS)}"
+    )
+    parser.add_argument("--only", default="", help="measurement name prefixes, comma-separated")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results"), help="output directory")
+    args = parser.parse_args(argv)
+    args.systems = [s for s in args.systems.split(",") if s]
+    args.only = [s for s in args.only.split(",") if s]
+    unknown = set(args.systems) - set(SYSTEMS)
+    if unknown:
+        parser.error(f"unknown systems: {', '.join(sorted(unknown))}")
+
+    started = time.time()
+    if os.environ.get("DATABASE_URL"):
+        server_url = os.environ["DATABASE_URL"]
+        log(f"using DATABASE_URL {server_url}")
+    else:
+        from testproject import throwaway_pg
+
+        server_url = throwaway_pg.start()
+        os.environ.pop("DATABASE_URL", None)  # drivers get BENCH_DATABASE_URL only
+        log(f"started a throwaway PostgreSQL: {server_url}")
+    server = make_durable(server_url)
+    log(f"server: {server}")
+    bench = Bench(args, server_url)
+    results = bench.run()
+    results["meta"] = {
+        "command": "python -m bench " + " ".join(argv),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "seconds": round(time.time() - started),
+        "quick": args.quick,
+        "repeat": args.repeat,
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "server": server,
+        "versions": versions(),
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "latest.json").write_text(json.dumps(results, indent=2, default=str))
+    markdown = write_reports(results)
+    (out / "latest.md").write_text(markdown)
+    print(markdown)
+    log(f"wrote {out / 'latest.json'} and {out / 'latest.md'} in {time.time() - started:.0f}s")
+    return 0
+
+
+def versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for dist in (
+        "django-pgjobs",
+        "Django",
+        "psycopg",
+        "pgqueuer",
+        "procrastinate",
+        "django-tasks-db",
+        "celery",
+        "redis",
+        "asyncpg",
+    ):
+        try:
+            found[dist] = version(dist)
+        except PackageNotFoundError:
+            pass
+    return found
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,166 @@
+"""Measurements of django-pgjobs' own statements from psycopg alone (no Django, no worker).
+
+``raw_limit``   jobs/s of the claim and acknowledge statements run back to back on one
+                connection: one job per claim (claim_jobs + complete_jobs, two statements per
+                job) and batches of 50 (complete_and_claim_jobs, one statement per batch).
+``claim_cost``  time of one claim statement (batch of 10, acknowledgements folded in) with 10k
+                and with millions of rows of history (retained successful jobs) and scheduled
+                jobs in pgjobs_job.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+
+QUERIES_FILE = Path(__file__).resolve().parent.parent / "django_pgjobs" / "sql" / "queries.sql"
+
+
+def queries() -> dict[str, str]:
+    parts = re.split(r"^-- name: (\w+)\s*$", QUERIES_FILE.read_text(), flags=re.MULTILINE)
+    found = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        lines = [line for line in body.strip().splitlines() if not line.lstrip().startswith("--")]
+        found[name] = "\n".join(lines).strip().rstrip(";")
+    return found
+
+
+INSERT_READY = """
+INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
+                        max_attempts, created_at, worker, errors)
+SELECT 'bench.noop', 'default', 0, '[]', '{}', 'ready', now() - interval '1 second', 0, 5, now(),
+       '', '[]'
+FROM generate_series(1, %s)
+"""
+
+# Half history (successful jobs kept by retention), half scheduled for tomorrow.
+INSERT_HISTORY = """
+INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
+                        max_attempts, created_at, started_at, finished_at, worker, errors)
+SELECT 'bench.noop', 'default', 0, '[1, "history"]', '{}',
+       CASE WHEN i %% 2 = 0 THEN 'successful' ELSE 'ready' END,
+       CASE WHEN i %% 2 = 0 THEN now() - interval '1 hour' ELSE now() + interval '1 day' END,
+       CASE WHEN i %% 2 = 0 THEN 1 ELSE 0 END, 5, now(),
+       CASE WHEN i %% 2 = 0 THEN now() END, CASE WHEN i %% 2 = 0 THEN now() END, '', '[]'
+FROM generate_series(1, %s) AS i
+"""
+
+
+def _claim_params(done: list, limit: int) -> dict:
+    return {
+        "ids": [row[0] for row in done],
+        "tokens": [row[10] for row in done],
+        "retain": False,
+        "limit": limit,
+        "worker": "bench",
+        "all_queues": True,
+        "queues": [],
+        "lease_seconds": 60.0,
+        "token": uuid.uuid4(),
+    }
+
+
+def _drain_batched(conn, sql: str, limit: int, stop_after: int | None = None) -> tuple:
+    """Claim + acknowledge in batches until nothing is left; returns (jobs, seconds, times)."""
+    done: list = []
+    jobs = 0
+    times = []
+    start = time.perf_counter()
+    while True:
+        t0 = time.perf_counter()
+        rows = conn.execute(sql, _claim_params(done, limit), prepare=True).fetchall()
+        times.append(time.perf_counter() - t0)
+        done = [row for row in rows if row[0] is not None]
+        jobs += len(done)
+        if not done or (stop_after and len(times) >= stop_after):
+            if done:
+                conn.execute(sql, _claim_params(done, 0), prepare=True)
+            break
+    return jobs, time.perf_counter() - start, times
+
+
+def raw_limit(url: str, quick: bool) -> dict:
+    q = queries()
+    results = {}
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("TRUNCATE pgjobs_job")
+        n = 1000 if quick else 4000
+        conn.execute(INSERT_READY, (n,))
+        conn.execute("VACUUM ANALYZE pgjobs_job")
+        start = time.perf_counter()
+        count = 0
+        while True:
+            rows = conn.execute(
+                q["claim_jobs"],
+                {
+                    "limit": 1,
+                    "worker": "bench",
+                    "all_queues": True,
+                    "queues": [],
+                    "lease_seconds": 60.0,
+                    "token": uuid.uuid4(),
+                },
+                prepare=True,
+            ).fetchall()
+            if not rows:
+                break
+            conn.execute(
+                q["complete_jobs"],
+                {"ids": [r[0] for r in rows], "tokens": [r[10] for r in rows]},
+                prepare=True,
+            )
+            count += len(rows)
+        results["batch_1_jobs_per_s"] = count / (time.perf_counter() - start)
+
+        n = 10_000 if quick else 40_000
+        conn.execute(INSERT_READY, (n,))
+        conn.execute("VACUUM ANALYZE pgjobs_job")
+        jobs, seconds, _ = _drain_batched(conn, q["complete_and_claim_jobs"], 50)
+        results["batch_50_jobs_per_s"] = jobs / seconds
+        conn.execute("TRUNCATE pgjobs_job")
+    return results
+
+
+def _claim_latency(conn, sql: str) -> dict:
+    conn.execute(INSERT_READY, (3000,))
+    conn.execute("VACUUM ANALYZE pgjobs_job")
+    _drain_batched(conn, sql, 10, stop_after=20)  # warm the plan and the cache
+    _, _, times = _drain_batched(conn, sql, 10, stop_after=250)
+    conn.execute(
+        "DELETE FROM pgjobs_job WHERE status IN ('ready', 'running') AND run_after <= now()"
+    )
+    conn.execute("VACUUM ANALYZE pgjobs_job")
+    return {
+        "p50_ms": 1000 * statistics.median(times),
+        "mean_ms": 1000 * statistics.fmean(times),
+    }
+
+
+def claim_cost(url: str, history: int, log) -> dict:
+    sql = queries()["complete_and_claim_jobs"]
+    results = {}
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("TRUNCATE pgjobs_job")
+        conn.execute(INSERT_HISTORY, (10_000,))
+        results["rows_10k"] = _claim_latency(conn, sql)
+        log(f"   10k rows: {results['rows_10k']}")
+        added = 10_000
+        chunk = 500_000
+        started = time.time()
+        while added < history:
+            step = min(chunk, history - added)
+            conn.execute(INSERT_HISTORY, (step,))
+            added += step
+        conn.execute("VACUUM ANALYZE pgjobs_job")
+        log(f"   loaded {added:,} rows in {time.time() - started:.0f}s")
+        results["rows_large"] = _claim_latency(conn, sql)
+        results["history_rows"] = added
+        size = conn.execute("SELECT pg_size_pretty(pg_total_relation_size('pgjobs_job'))")
+        results["table_size"] = size.fetchone()[0]
+        conn.execute("TRUNCATE pgjobs_job")
+    return results
