@@ -7,6 +7,12 @@ Summary
     ``FLUSH_SECONDS``; nothing is written per job. The reading side (``queue_overview``,
     ``dead_letter_groups``...) runs the named statements of ``sql/queries.sql``.
 
+Counting
+    While pgjobs_job holds up to ``EXACT_COUNT_ROWS`` rows, every live job is counted. Above,
+    counting a backlog on every page view would cost more than the page: running jobs and
+    expired leases are still exact, retrying jobs exact up to ``COUNT_CAP`` per queue, due and
+    scheduled jobs become the planner's estimates (shown with "≈").
+
 Wait
     The time from a job being due (``run_after``) to its claim, measured on the worker's clock
     against the database's ``run_after`` (keep clocks in sync with NTP). Counted in the fixed
@@ -20,6 +26,7 @@ Options (module constants)
 from __future__ import annotations
 
 import bisect
+import json
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -31,7 +38,7 @@ from typing import Any
 from django.db import DatabaseError
 from django.utils import timezone
 
-from . import db, operations
+from . import db, operations, sql
 
 logger = logging.getLogger("django_pgjobs.metrics")
 
@@ -56,6 +63,11 @@ FLUSH_SECONDS = 5.0
 KEEP_SECONDS = 2 * 24 * 3600.0
 PRUNE_EVERY_SECONDS = 600.0
 RECENT_MINUTES = 15
+#: Up to this many rows in pgjobs_job (planner estimate) the dashboard counts every live row;
+#: above it, due and scheduled jobs are estimated (see ``queue_overview``).
+EXACT_COUNT_ROWS = 200_000
+#: Retrying jobs are counted exactly up to this many per queue.
+COUNT_CAP = 10_000
 CHART_MINUTES = 60
 
 
@@ -153,6 +165,8 @@ class QueueOverview:
     retrying: int = 0
     running: int = 0
     lease_expired: int = 0
+    estimated: bool = False  # due and scheduled are planner estimates (big table)
+    retrying_capped: bool = False  # more than COUNT_CAP retrying jobs
     dead: int = 0
     dead_last_hour: int = 0
     oldest_due: datetime | None = None
@@ -193,16 +207,22 @@ def queue_overview(connection) -> tuple[list[QueueOverview], list[tuple[datetime
             queues[name] = QueueOverview(name)
         return queues[name]
 
-    for name in queue_names(connection):
+    names = queue_names(connection)
+    for name in names:
         get(name)
     for name in operations.paused_queues(connection):
         get(name).paused = True
-    for row in db.execute(connection, "live_jobs_by_queue"):
+    if table_row_estimates(connection).get("pgjobs_job", 0) <= EXACT_COUNT_ROWS:
+        for row in db.execute(connection, "live_jobs_by_queue"):
+            overview = get(row["queue"])
+            for key in ("due", "scheduled", "retrying", "running", "lease_expired"):
+                setattr(overview, key, row[key])
+    else:
+        _count_big_queues(connection, [get(name) for name in names])
+    for row in db.execute(connection, "queue_heads", {"queues": names}):
         overview = get(row["queue"])
-        for key in ("due", "scheduled", "retrying", "running", "lease_expired", "oldest_due"):
-            setattr(overview, key, row[key])
-        if row["oldest_due"] is not None:
-            overview.oldest_due_seconds = (row["measured_at"] - row["oldest_due"]).total_seconds()
+        overview.oldest_due = row["head_due"]
+        overview.oldest_due_seconds = (row["measured_at"] - row["head_due"]).total_seconds()
     for row in db.execute(connection, "dead_letters_by_queue"):
         overview = get(row["queue"])
         overview.dead, overview.dead_last_hour = row["dead"], row["dead_last_hour"]
@@ -235,6 +255,37 @@ def queue_overview(connection) -> tuple[list[QueueOverview], list[tuple[datetime
         overview.wait_p99 = percentile(buckets, 0.99)
     ordered = [queues[name] for name in sorted(queues)]
     return ordered, [(minute, s, f) for minute, (s, f) in chart.items()]
+
+
+def _count_big_queues(connection, overviews: list[QueueOverview]) -> None:
+    """Counts for a pgjobs_job too big to read whole on every page view: running jobs and
+    expired leases exactly (the lease index holds running rows only), retrying jobs exactly up
+    to ``COUNT_CAP`` per queue (their own partial index), due and scheduled jobs as the
+    planner's estimates."""
+    by_name = {overview.name: overview for overview in overviews}
+    for row in db.execute(connection, "running_jobs_by_queue"):
+        if row["queue"] in by_name:
+            by_name[row["queue"]].running = row["running"]
+            by_name[row["queue"]].lease_expired = row["lease_expired"]
+    for overview in overviews:
+        params = {"queue": overview.name, "cap": COUNT_CAP + 1}
+        overview.retrying = db.execute(connection, "retrying_jobs_in_queue", params)[0]["retrying"]
+        overview.retrying_capped = overview.retrying > COUNT_CAP
+        overview.retrying = min(overview.retrying, COUNT_CAP)
+        overview.due = estimate_rows(connection, "due_jobs_in_queue", params)
+        overview.scheduled = estimate_rows(connection, "scheduled_jobs_in_queue", params)
+        overview.estimated = True
+
+
+def estimate_rows(connection, name: str, params: dict[str, Any]) -> int:
+    """How many rows the named statement would return, by the planner's estimate (EXPLAIN: the
+    statement is planned, not run)."""
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (FORMAT JSON) " + sql.query(name), params)
+        plan = cursor.fetchone()[0]
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    return int(plan[0]["Plan"]["Plan Rows"])
 
 
 def table_row_estimates(connection) -> dict[str, int]:

@@ -93,6 +93,15 @@ class Job(models.Model):
                 condition=Q(status="successful"),
             ),
             models.Index("queue", "status", name="pgjobs_job_queue_status_idx"),
+            # The retrying view of the admin (list and per-queue counts). Only rows that failed
+            # an attempt enter it, so enqueue and claim never touch it.
+            models.Index(
+                "queue",
+                "run_after",
+                "id",
+                name="pgjobs_job_retrying_idx",
+                condition=Q(status="ready", attempts__gt=0),
+            ),
         ]
         constraints = [
             models.UniqueConstraint(

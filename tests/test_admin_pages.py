@@ -267,3 +267,17 @@ def test_get_never_changes_anything(admin_client, rows):
     assert not Job.objects.filter(
         queue="emails", run_after__gt=timezone.now() + timedelta(days=1)
     ).exists()
+
+
+def test_dashboard_on_a_big_table_estimates_due_and_scheduled_only(admin_client, rows, monkeypatch):
+    from django_pgjobs import metrics
+
+    monkeypatch.setattr(metrics, "EXACT_COUNT_ROWS", -1)  # as if pgjobs_job held millions
+    response = admin_client.get(DASHBOARD)
+    page = text(response)
+    assert "≈" in page and "planner" in page
+    payments = {row["queue"].name: row["queue"] for row in response.context["rows"]}["payments"]
+    assert payments.estimated
+    assert (payments.retrying, payments.running, payments.lease_expired) == (1, 2, 1)  # exact
+    emails = {row["queue"].name: row["queue"] for row in response.context["rows"]}["emails"]
+    assert emails.oldest_due_seconds >= 5  # the head of the queue has waited since it was due

@@ -98,6 +98,7 @@ def dashboard_view(model_admin, request):
         totals=totals,
         workers=workers,
         workers_alive=sum(1 for w in workers if w["alive"]),
+        estimated=any(q.estimated for q in queues),
         chart=chart_bars(points),
         chart_minutes=metrics.CHART_MINUTES,
         recent_minutes=metrics.RECENT_MINUTES,

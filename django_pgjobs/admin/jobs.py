@@ -14,7 +14,7 @@ from django.utils.html import format_html
 
 from .. import registry
 from ..models import Job, view_condition
-from ..states import View
+from ..states import Status, View
 from . import display
 from .actions import JOB_ACTIONS, JOB_ACTIONS_BY_FILTER, Action
 from .base import CappedChangeList, JobRowAdmin, QueueFilter, row_id
@@ -142,8 +142,10 @@ class JobAdmin(JobRowAdmin):
     def get_ordering(self, request):
         """Each view in the order an operator reads it, served by an index of its own."""
         view = request.GET.get(ViewFilter.parameter_name)
-        if view in (View.DUE, View.SCHEDULED, View.RETRYING):
+        if view in (View.DUE, View.SCHEDULED):
             return ["-priority", "run_after", "id"]  # claim order (pgjobs_job_claim_idx)
+        if view == View.RETRYING:
+            return ["run_after", "id"]  # next retry first (pgjobs_job_retrying_idx)
         if view in (View.RUNNING, LEASE_EXPIRED):
             return ["lease_expires_at", "id"]  # stuck first (pgjobs_job_lease_idx)
         if view == View.SUCCESSFUL:
@@ -157,6 +159,11 @@ class JobAdmin(JobRowAdmin):
         number = row_id(term)
         if number is not None:
             return queryset.filter(id=number), False
+        # A unique key held by a ready or running job is found through its unique index; an OR
+        # with the name tests would read the whole table instead.
+        in_flight = Q(unique_key=term, status__in=[Status.READY, Status.RUNNING])
+        if Job.objects.filter(in_flight).exists():
+            return queryset.filter(in_flight), False
         return queryset.filter(
             Q(name=term) | Q(name__endswith=f".{term}") | Q(unique_key=term)
         ), False

@@ -355,22 +355,59 @@ WHERE minute >= %(since)s
 ORDER BY minute, queue;
 
 -- name: live_jobs_by_queue
--- Ready and running jobs per queue, split into the operator views of states.View, with the
--- oldest due time and the leases past expiry. Reads only live rows (pgjobs_job_queue_status_idx),
--- never retained history.
+-- Ready and running jobs per queue, split into the operator views of states.View, and the
+-- leases past expiry. Reads every live row (never retained history): the dashboard only runs it
+-- while pgjobs_job is small (metrics.EXACT_COUNT_ROWS).
 SELECT queue,
        count(*) FILTER (WHERE status = 'ready' AND attempts = 0 AND run_after <= now()) AS due,
        count(*) FILTER (WHERE status = 'ready' AND attempts = 0 AND run_after > now())
            AS scheduled,
        count(*) FILTER (WHERE status = 'ready' AND attempts > 0) AS retrying,
        count(*) FILTER (WHERE status = 'running') AS running,
-       count(*) FILTER (WHERE status = 'running' AND lease_expires_at < now()) AS lease_expired,
-       min(run_after) FILTER (WHERE status = 'ready' AND run_after <= now()) AS oldest_due,
-       now() AS measured_at
+       count(*) FILTER (WHERE status = 'running' AND lease_expires_at < now()) AS lease_expired
 FROM pgjobs_job
 WHERE status IN ('ready', 'running')
 GROUP BY queue
 ORDER BY queue;
+
+-- name: running_jobs_by_queue
+-- Running jobs per queue and those whose lease expired (pgjobs_job_lease_idx: running rows only,
+-- as many as the workers hold).
+SELECT queue, count(*) AS running,
+       count(*) FILTER (WHERE lease_expires_at < now()) AS lease_expired
+FROM pgjobs_job
+WHERE status = 'running'
+GROUP BY queue;
+
+-- name: retrying_jobs_in_queue
+-- Retrying jobs of one queue, counted up to `cap` (pgjobs_job_retrying_idx).
+SELECT count(*) AS retrying
+FROM (SELECT 1 FROM pgjobs_job
+      WHERE status = 'ready' AND attempts > 0 AND queue = %(queue)s
+      LIMIT %(cap)s) AS capped;
+
+-- name: due_jobs_in_queue
+-- Due jobs of one queue. The dashboard only asks the planner how many rows this would return
+-- (EXPLAIN), when pgjobs_job is too big to count.
+SELECT 1 FROM pgjobs_job
+WHERE queue = %(queue)s AND status = 'ready' AND attempts = 0 AND run_after <= now();
+
+-- name: scheduled_jobs_in_queue
+-- Scheduled jobs of one queue; estimated like due_jobs_in_queue.
+SELECT 1 FROM pgjobs_job
+WHERE queue = %(queue)s AND status = 'ready' AND attempts = 0 AND run_after > now();
+
+-- name: queue_heads
+-- For each queue, the due time of the job a worker would claim next (claim order, through
+-- pgjobs_job_claim_idx): how long the head of the queue has been waiting.
+SELECT q.name AS queue, head.run_after AS head_due, now() AS measured_at
+FROM unnest(%(queues)s::text[]) AS q(name)
+CROSS JOIN LATERAL (
+    SELECT run_after FROM pgjobs_job
+    WHERE status = 'ready' AND queue = q.name AND run_after <= now()
+    ORDER BY priority DESC, run_after, id
+    LIMIT 1
+) AS head;
 
 -- name: dead_letters_by_queue
 -- Dead letters per queue: all of them and those of the last hour (index-only on queue).

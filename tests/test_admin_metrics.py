@@ -1,0 +1,62 @@
+"""Queue statistics: workers add per-minute counts in one upsert; the dashboard reads them."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from helpers import drain, run_worker
+
+from django_pgjobs import metrics, operations
+from django_pgjobs.metrics import QueueCounts, percentile, wait_bucket
+from django_pgjobs.models import QueueStat
+from testproject.demo import jobs as demo
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_worker_records_successes_retries_dead_and_waits_per_queue():
+    for i in range(5):
+        demo.record.enqueue(f"ok-{i}")
+    demo.always_fails.enqueue("boom")  # 3 attempts: 2 retries, then dead
+    demo.send_welcome_email.enqueue(0)  # queue "emails", atomic
+    drain()
+    stats = {s.queue: s for s in QueueStat.objects.all()}
+    assert set(stats) == {"default", "emails"}
+    default = stats["default"]
+    assert (default.succeeded, default.retried, default.dead) == (5, 2, 1)
+    assert sum(default.wait_buckets) == 8  # one wait sample per claim: 5 + 3 attempts
+    assert stats["emails"].succeeded == 1
+
+
+def test_flushes_are_one_upsert_that_adds_up():
+    counts = {"q": QueueCounts(succeeded=2, retried=1, dead=0)}
+    counts["q"].wait_buckets[0] = 3
+    operations.record_queue_stats(connection, counts)
+    counts["q"].wait_buckets[5] = 1
+    operations.record_queue_stats(connection, counts)
+    (row,) = QueueStat.objects.all()
+    assert (row.succeeded, row.retried) == (4, 2)
+    assert row.wait_buckets[0] == 6 and row.wait_buckets[5] == 1
+
+
+def test_a_failing_flush_never_stops_the_worker(monkeypatch, caplog):
+    def broken(*args, **kwargs):
+        from django.db import DatabaseError
+
+        raise DatabaseError("statistics table gone")
+
+    monkeypatch.setattr(operations, "record_queue_stats", broken)
+    demo.record.enqueue("still runs")
+    worker = run_worker()
+    assert worker.stats.succeeded == 1
+    assert "could not record queue statistics" in caplog.text
+
+
+def test_percentiles_interpolate_inside_buckets():
+    buckets = [0] * (len(metrics.WAIT_BUCKET_BOUNDS) + 1)
+    assert percentile(buckets, 0.95) is None
+    buckets[wait_bucket(0.3)] = 100  # all between 0.25 s and 0.5 s
+    assert 0.25 < percentile(buckets, 0.95) <= 0.5
+    buckets[-1] = 10  # a few waited more than an hour
+    assert percentile(buckets, 0.99) == float("inf")
+    assert wait_bucket(0) == 0 and wait_bucket(10_000) == len(metrics.WAIT_BUCKET_BOUNDS)
