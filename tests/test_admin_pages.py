@@ -281,3 +281,10 @@ def test_dashboard_on_a_big_table_estimates_due_and_scheduled_only(admin_client,
     assert (payments.retrying, payments.running, payments.lease_expired) == (1, 2, 1)  # exact
     emails = {row["queue"].name: row["queue"] for row in response.context["rows"]}["emails"]
     assert emails.oldest_due_seconds >= 5  # the head of the queue has waited since it was due
+
+
+def test_lists_never_offer_facet_counts(admin_client, rows):
+    for url in (JOBS, DEAD):
+        response = admin_client.get(url + "?_facets=1")
+        assert "Show counts" not in text(response)
+        assert not response.context["cl"].add_facets

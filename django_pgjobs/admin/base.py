@@ -111,6 +111,7 @@ class OperatorAdmin(admin.ModelAdmin):
     list_per_page = 50
     list_max_show_all = 200
     sortable_by = ()  # sorting 1,000,000 rows by any column is not free; order is per view
+    show_facets = admin.ShowFacets.NEVER  # facet counts are a COUNT(*) per filter choice
     actions_on_bottom = False
 
     def has_add_permission(self, request, obj=None) -> bool:
@@ -200,6 +201,10 @@ class JobRowAdmin(OperatorAdmin):
     @admin.display(description="kwargs")
     def keyword_arguments(self, obj):
         return format_html('<pre class="pgjobs-pre">{}</pre>', display.pretty_json(obj.kwargs))
+
+    @admin.display(description="job name")
+    def job_name(self, obj):
+        return display.short_name(obj.name)
 
     @admin.display(description="attempts")
     def attempts_of_max(self, obj):

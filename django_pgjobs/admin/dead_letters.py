@@ -73,7 +73,7 @@ class DeadLetterChangeList(CappedChangeList):
 class DeadLetterAdmin(JobRowAdmin):
     list_display = (
         "dead_letter_id",
-        "name",
+        "job_name",
         "queue",
         "error_type",
         "short_reason",

@@ -95,6 +95,15 @@ def one_line(text: str | None, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def short_name(name: str, keep: int = 2) -> str:
+    """A job name cut to its last ``keep`` dotted parts (``jobs.send_welcome_email``), with the
+    full name as a tooltip."""
+    parts = name.split(".")
+    if len(parts) <= keep:
+        return name
+    return format_html('<span title="{}">{}</span>', name, ".".join(parts[-keep:]))
+
+
 def error_summary(error_type: str | None, message: str | None, limit: int = 120) -> str:
     if not error_type and not message:
         return ""

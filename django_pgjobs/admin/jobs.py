@@ -96,7 +96,7 @@ class JobChangeList(CappedChangeList):
 class JobAdmin(JobRowAdmin):
     list_display = (
         "job_id",
-        "name",
+        "job_name",
         "queue",
         "state",
         "priority",

@@ -1,0 +1,120 @@
+"""The admin in a real browser: Playwright driving Debian's headless Chromium.
+
+Logs in, reads the dashboard, filters the jobs list, requeues a dead letter and finds the job
+back in the backlog. Needs ``/usr/bin/chromium`` (``apt-get install chromium``) and the
+``browser`` extra (``pip install playwright``); Playwright's own browser download is not used.
+
+``PGJOBS_SCREENSHOTS=1`` also writes the screenshots of the docs to docs/img/.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from admin_data import PASSWORD, seed
+
+from django_pgjobs.models import DeadLetter, Job
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SCREENSHOTS = Path(__file__).resolve().parent.parent / "docs" / "img"
+
+sync_api = pytest.importorskip(
+    "playwright.sync_api", reason="playwright is not installed (pip install -e '.[browser]')"
+)
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        not os.path.exists(CHROMIUM),
+        reason=f"{CHROMIUM} is missing (apt-get install chromium)",
+    ),
+]
+
+
+@pytest.fixture
+def browser_page(monkeypatch):
+    # Playwright's sync API runs an event loop in this thread; the ORM calls the test makes
+    # between browser steps are still plain synchronous calls.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1600, "height": 900})
+        page.set_default_timeout(15_000)
+        try:
+            yield page
+        finally:
+            browser.close()
+
+
+def screenshot(page, name: str, **options) -> None:
+    if os.environ.get("PGJOBS_SCREENSHOTS"):
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / name), **options)
+
+
+def test_triage_in_a_browser(live_server, browser_page, django_user_model):
+    rows = seed()
+    django_user_model.objects.create_superuser("operator", "op@example.com", PASSWORD)
+    page = browser_page
+    expect = sync_api.expect
+
+    # log in (the admin sends an anonymous visitor to its login page)
+    page.goto(f"{live_server.url}/admin/django_pgjobs/job/dashboard/")
+    expect(page).to_have_url(
+        f"{live_server.url}/admin/login/?next=/admin/django_pgjobs/job/dashboard/"
+    )
+    page.fill("#id_username", "operator")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    # fold the admin's navigation sidebar away: more room for the tables (and the screenshots)
+    page.evaluate("localStorage.setItem('django.admin.navSidebarIsOpen', 'false')")
+    page.reload()
+
+    # the dashboard: one row per queue, workers, the chart
+    expect(page.locator("h1")).to_have_text("Jobs dashboard")
+    expect(page.locator("#queue-emails")).to_contain_text("12")
+    expect(page.locator("#queue-payments .pgjobs-expired")).to_have_text("1")  # a stuck lease
+    expect(page.locator("#pgjobs-workers")).to_contain_text("web-2")
+    assert page.locator("#pgjobs-throughput svg rect").count() > 60
+    screenshot(page, "dashboard.png", full_page=True)
+
+    # filter the jobs list: retrying, then one queue's due jobs
+    page.click("text=Retrying")
+    expect(page.locator("#result_list tbody tr")).to_have_count(1)
+    expect(page.locator("#result_list")).to_contain_text(
+        "ConnectionError: payment gateway timed out"
+    )
+    page.locator("#changelist-filter a", has_text="emails").first.click()
+    expect(page.locator("#result_list tbody tr")).to_have_count(0)
+    page.locator("#changelist-filter a", has_text="due").first.click()
+    expect(page.locator("#result_list tbody tr")).to_have_count(12)
+    page.goto(f"{live_server.url}/admin/django_pgjobs/job/")
+    screenshot(page, "jobs.png")
+
+    # a dead letter: read why it died, requeue it, find it back in the backlog
+    dead = DeadLetter.objects.filter(error_type="ConnectionError").order_by("-failed_at").first()
+    page.goto(f"{live_server.url}/admin/django_pgjobs/deadletter/")
+    page.get_by_role("link", name=f"#{dead.pk}", exact=True).click()
+    expect(page.locator("#pgjobs-errors")).to_contain_text("gateway unreachable")
+    expect(page.locator("#pgjobs-errors details[open] pre")).to_contain_text("Traceback")
+    screenshot(page, "dead-letter.png", full_page=True)
+    page.click("button:has-text('Requeue')")
+    expect(page.locator(".messagelist")).to_contain_text("Requeued 1 job")
+    new_job = Job.objects.get(args=dead.args, queue=dead.queue, attempts=0)
+    assert not DeadLetter.objects.filter(pk=dead.pk).exists()
+    page.goto(f"{live_server.url}/admin/django_pgjobs/job/?view=due&queue={dead.queue}")
+    expect(page.locator("#result_list")).to_contain_text(f"#{new_job.pk}")
+    row = page.locator("#result_list tr", has_text=f"#{new_job.pk}")
+    expect(row.locator(f'span[title="{dead.name}"]')).to_have_count(1)
+    assert rows["retrying"].pk != new_job.pk
