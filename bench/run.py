@@ -97,7 +97,8 @@ SIZES = {
     "bulk": (50_000, 10_000),
     "drain_fast": (30_000, 6000),  # systems that drain > 2k jobs/s
     "drain_medium": (10_000, 2000),  # Celery
-    "drain_slow": (3000, 600),
+    "drain_slow": (1500, 400),
+    "bulk_slow": (5000, 1000),  # systems without a bulk statement (one write per job)
     "sleepy": (6000, 1500),
     "latency": (150, 60),
     "latency_poll": (40, 15),
@@ -239,7 +240,7 @@ class Bench:
         return per * producers / (max(r["end"] for r in reports) - min(r["start"] for r in reports))
 
     def bulk_rate(self, system: str) -> float:
-        n = self.size("bulk")
+        n = self.size("bulk_slow" if system in ("tasksdb", "celery") else "bulk")
         seconds = self.driver(system, "bulk", str(n))["seconds"]
         self.reset(system)
         return n / seconds
@@ -283,55 +284,92 @@ class Bench:
 
     # -- the run --------------------------------------------------------------------------------
 
-    def run_system(self, system: str) -> None:
+    def steps(self, system: str) -> list[tuple[str, object, int | None]]:
         spec = SYSTEMS[system]
-        only = self.args.only
-        result: dict = {"label": spec["label"]}
-        self.results["systems"][system] = result
-        log(f"== {spec['label']}")
-        self.driver(system, "setup")
-        self.reset(system)
-
-        def step(name, measure, repeat=None):
-            if only and not any(name.startswith(o) for o in only):
-                return
-            started = time.time()
-            try:
-                result[name] = self.median(measure, repeat)
-            except Exception as error:  # noqa: BLE001 - one failure must not end the run
-                result[name] = {"error": str(error)[-500:]}
-            log(f"   {name}: {result[name]} ({time.time() - started:.0f}s)")
-
-        step("enqueue_1", lambda: self.enqueue_rate(system, 1))
-        step("enqueue_8", lambda: self.enqueue_rate(system, 8))
+        steps = [
+            ("enqueue_1", lambda: self.enqueue_rate(system, 1), None),
+            ("enqueue_8", lambda: self.enqueue_rate(system, 8), None),
+        ]
         if system == "pgjobs":
-            step("enqueue_8_nonotify", lambda: self.enqueue_rate(system, 8, BENCH_NOTIFY="0"))
-        step("bulk", lambda: self.bulk_rate(system))
-        step("drain_1", lambda: self.drain_rate(system, 1, spec["drain"]))
-        step("drain_2", lambda: self.drain_rate(system, 2, spec["drain"]))
-        step("sleepy", lambda: self.drain_rate(system, 1, spec["sleepy"], sleepy=True))
+            steps.append(
+                ("enqueue_8_nonotify", lambda: self.enqueue_rate(system, 8, BENCH_NOTIFY="0"), None)
+            )
+        steps += [
+            ("bulk", lambda: self.bulk_rate(system), None),
+            ("drain_1", lambda: self.drain_rate(system, 1, spec["drain"]), None),
+            ("drain_2", lambda: self.drain_rate(system, 2, spec["drain"]), None),
+            ("sleepy", lambda: self.drain_rate(system, 1, spec["sleepy"], sleepy=True), None),
+        ]
         if spec["latency"] is not None:
-            step("latency_listen", lambda: self.latency(system, spec["latency"], False), 1)
+            steps.append(
+                ("latency_listen", lambda: self.latency(system, spec["latency"], False), 1)
+            )
         if spec["poll"] is not None:
-            step("latency_poll", lambda: self.latency(system, spec["poll"], True), 1)
+            steps.append(("latency_poll", lambda: self.latency(system, spec["poll"], True), 1))
+        only = self.args.only
+        return [step for step in steps if not only or any(step[0].startswith(o) for o in only)]
+
+    def run_interleaved(self, systems: list[str]) -> None:
+        """Measurement by measurement, each repetition going round every system, so that the
+        machine's noise (other processes on 2 cores) falls on all of them alike."""
+        plan = {system: self.steps(system) for system in systems}
+        names = []
+        for system in systems:
+            for name, _, _ in plan[system]:
+                if name not in names:
+                    names.append(name)
+        for name in names:
+            samples: dict[str, list] = {}
+            errors: dict[str, str] = {}
+            repeat = max(
+                (r or self.repeat for n, _, r in sum(plan.values(), []) if n == name), default=1
+            )
+            for rep in range(repeat):
+                for system in systems:
+                    step = next((s for s in plan[system] if s[0] == name), None)
+                    if step is None or system in errors:
+                        continue
+                    started = time.time()
+                    try:
+                        samples.setdefault(system, []).append(step[1]())
+                    except Exception as error:  # noqa: BLE001 - one failure must not end the run
+                        errors[system] = str(error)[-500:]
+                        log(f"   {name} {system}: ERROR {errors[system]}")
+                        continue
+                    log(
+                        f"   {name} {system} #{rep + 1}: {_short(samples[system][-1])} "
+                        f"({time.time() - started:.0f}s)"
+                    )
+            for system in systems:
+                result = self.results["systems"][system]
+                if system in errors:
+                    result[name] = {"error": errors[system]}
+                elif system in samples:
+                    values = samples[system]
+                    if isinstance(values[0], dict):
+                        median = {k: statistics.median(v[k] for v in values) for k in values[0]}
+                    else:
+                        median = statistics.median(values)
+                    result[name] = {"median": median, "samples": values}
 
     def run(self) -> dict:
-        systems = self.args.systems
-        for system in systems:
-            if importlib.util.find_spec(SYSTEMS[system]["package"]) is None:
-                self.results["systems"][system] = {
-                    "label": SYSTEMS[system]["label"],
-                    "skipped": "not installed (pip install -e '.[bench]')",
-                }
-                continue
-            if system == "celery" and not redis_reachable():
-                self.results["systems"][system] = {
-                    "label": SYSTEMS[system]["label"],
-                    "skipped": "no Redis on 127.0.0.1:6379",
-                }
-                continue
-            recreate_database(self.server_url, f"bench_{system}")
-            self.run_system(system)
+        ready = []
+        for system in self.args.systems:
+            spec = SYSTEMS[system]
+            entry = {"label": spec["label"]}
+            self.results["systems"][system] = entry
+            if importlib.util.find_spec(spec["package"]) is None:
+                entry["skipped"] = "not installed (pip install -e '.[bench]')"
+            elif system == "celery" and not redis_reachable():
+                entry["skipped"] = "no Redis on 127.0.0.1:6379"
+            else:
+                recreate_database(self.server_url, f"bench_{system}")
+                self.driver(system, "setup")
+                self.reset(system)
+                ready.append(system)
+        log(f"systems: {', '.join(ready)}")
+        self.run_interleaved(ready)
+        systems = ready
         if "pgjobs" in systems and (not self.args.only or "raw" in self.args.only):
             log("== raw SQL limit (claim + acknowledge statements alone, psycopg)")
             self.results["raw_sql"] = sqlbench.raw_limit(self.url("pgjobs"), self.quick)
@@ -343,6 +381,12 @@ class Bench:
             )
             log(f"   {self.results['claim_cost']}")
         return self.results
+
+
+def _short(value) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v:.1f}" for k, v in value.items())
+    return f"{value:,.0f}"
 
 
 def percentile(values: list[float], pct: float) -> float:

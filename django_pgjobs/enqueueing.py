@@ -8,6 +8,7 @@ the caller's transaction usable).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
@@ -73,13 +74,38 @@ def _to_job(row: dict[str, Any], alias: str) -> Job:
     return Job.from_db(alias, fields, [row[name] for name in fields])
 
 
+#: Seconds during which a process sends at most one notification per queue for jobs enqueued
+#: outside a transaction. NOTIFY takes a cluster-wide lock through the commit, so notifying
+#: transactions commit one at a time; with many producers that is the bottleneck. A worker woken
+#: by a notification claims again shortly after (``worker.ECHO_POLL_SECONDS``), which picks up
+#: the jobs whose notification was skipped.
+NOTIFY_COALESCE_SECONDS = 0.01
+_last_notified: dict[tuple[str, str], float] = {}
+
+
+def _notify_worthwhile(connection, params: dict[str, Any]) -> bool:
+    """False when this process notified the job's queue less than NOTIFY_COALESCE_SECONDS ago.
+
+    Inside a transaction the notification is delivered at commit, whenever that is (PostgreSQL
+    folds a transaction's identical notifications into one): always send it. A job that is not
+    due now sends none (the SQL checks) and does not count.
+    """
+    if connection.in_atomic_block or params["run_after"] is not None:
+        return True
+    key = (connection.alias, params["queue"])
+    now = time.monotonic()
+    if now - _last_notified.get(key, float("-inf")) < NOTIFY_COALESCE_SECONDS:
+        return False
+    _last_notified[key] = now
+    return True
+
+
 def enqueue_definition(definition: JobDefinition, args: tuple | list, kwargs: dict) -> Job:
     params = _row_params(definition, args, kwargs)
     config = get_config()
     connection = db.jobs_connection()
-    rows = db.execute_prepared(
-        connection, "enqueue_job", {**params, "notify": config.LISTEN_NOTIFY}
-    )
+    notify = config.LISTEN_NOTIFY and _notify_worthwhile(connection, params)
+    rows = db.execute_prepared(connection, "enqueue_job", {**params, "notify": notify})
     if rows:
         job = _to_job(rows[0], connection.alias)
         signals.job_enqueued.send(sender=Job, job=job, created=True)

@@ -54,6 +54,9 @@ CONNECTION_ERRORS = (OperationalError, InterfaceError)
 # Longest a finished job's acknowledgement waits to share a statement with others (or to ride
 # on the next claim). A worker killed meanwhile loses nothing: the job runs again after its lease.
 ACK_DELAY_SECONDS = 0.05
+# A worker woken by a notification claims again this soon after, for the jobs whose producers
+# skipped their notification (enqueueing.NOTIFY_COALESCE_SECONDS).
+ECHO_POLL_SECONDS = 0.02
 NOTIFY_CHANNEL = "pgjobs"
 
 
@@ -228,9 +231,16 @@ class Worker:
                         break
                 else:
                     if self._claim_due(more_ready, next_poll):
+                        woken = self._wake_pending.is_set()
                         self._wake_pending.clear()
                         more_ready = self._claim_and_dispatch()
-                        next_poll = time.monotonic() + self.poll_interval
+                        # after a wake, look again soon: producers skip notifications sent
+                        # less than NOTIFY_COALESCE_SECONDS apart (enqueueing.py)
+                        next_poll = time.monotonic() + (
+                            min(ECHO_POLL_SECONDS, self.poll_interval)
+                            if woken
+                            else self.poll_interval
+                        )
                     if self.burst and not more_ready and not self._held:
                         break
                     if self._limit_reached() and not self._held:

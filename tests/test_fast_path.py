@@ -252,3 +252,42 @@ def test_sigkill_mid_drain_with_big_batches_loses_nothing(start_worker):
     assert sum(Counter.objects.values_list("value", flat=True)) == len(labels) - half
     assert not DeadLetter.objects.exists()
     connections.close_all()
+
+
+def test_producers_coalesce_notifications_outside_transactions(other_connection, monkeypatch):
+    from django_pgjobs import enqueueing
+
+    monkeypatch.setattr(enqueueing, "NOTIFY_COALESCE_SECONDS", 60)
+    monkeypatch.setattr(enqueueing, "_last_notified", {})
+    other_connection.execute("LISTEN pgjobs")
+    demo.record.enqueue("a")
+    demo.record.enqueue("b")  # within the window: no second notification
+    demo.record.using(queue="other").enqueue("c")  # another queue: its own notification
+    with transaction.atomic():
+        demo.record.enqueue("d")  # in a transaction: always (delivered at its commit)
+    payloads = [n.payload for n in other_connection.notifies(timeout=0.5)]
+    assert payloads == ["default", "other", "default"]
+
+
+def test_a_woken_worker_looks_again_for_jobs_whose_notification_was_skipped(monkeypatch):
+    import threading
+
+    from django_pgjobs import enqueueing
+    from django_pgjobs.worker import Worker
+
+    monkeypatch.setattr(enqueueing, "NOTIFY_COALESCE_SECONDS", 60)
+    monkeypatch.setattr(enqueueing, "_last_notified", {})
+    worker = Worker(listen=True, poll_interval=30, install_signal_handlers=False)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        time.sleep(1.0)  # listening, first poll done; the next one is 30 s away
+        started = time.monotonic()
+        demo.record.enqueue("notified")
+        demo.record.enqueue("skipped")  # no notification of its own
+        wait_until(lambda: Execution.objects.count() == 2, timeout=10)
+        assert time.monotonic() - started < 5  # the echo claim found it, not the 30 s poll
+    finally:
+        worker.request_stop()
+        thread.join(30)
+    assert not Job.objects.exists()
