@@ -8,7 +8,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-from .limits import PRIORITY_MAX, PRIORITY_MIN, QUEUE_NAME_MAX
+from .limits import ERROR_TYPE_MAX, PRIORITY_MAX, PRIORITY_MIN, QUEUE_NAME_MAX
 from .states import Status, View
 
 
@@ -158,7 +158,7 @@ class DeadLetter(models.Model):
     max_attempts = models.IntegerField(default=1)
     unique_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 (NULL: no key)
     reason = models.TextField(help_text="Why the job was dead-lettered, in one sentence.")
-    error_type = models.CharField(max_length=255, blank=True, default="")
+    error_type = models.CharField(max_length=ERROR_TYPE_MAX, blank=True, default="")
     errors = models.JSONField(default=list)
     created_at = models.DateTimeField(help_text="When the job was first enqueued.")
     started_at = models.DateTimeField(null=True, blank=True)

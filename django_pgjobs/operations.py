@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from . import db
 from .conf import get_config
+from .limits import ERROR_TYPE_MAX
 
 Connection = BaseDatabaseWrapper
 
@@ -79,7 +80,7 @@ def error_entry(
     return {
         "at": timezone.now().isoformat(),
         "attempt": attempt,
-        "type": _storable(error_type or "Error"),
+        "type": _storable(error_type or "Error")[:ERROR_TYPE_MAX],
         "message": _storable(_truncate(message, limit)),
         "traceback": _storable(_truncate(trace, limit)),
         "worker": worker,

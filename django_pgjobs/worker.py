@@ -64,6 +64,10 @@ class LeaseLost(Exception):
     """An atomic job finished but its claim token no longer matched: rolled back."""
 
 
+class RolledBack(Exception):
+    """An atomic job marked its transaction for rollback: its completion cannot commit."""
+
+
 # Messages from executor and listener threads to the dispatcher.
 @dataclass
 class _Succeeded:
@@ -398,6 +402,11 @@ class Worker:
                 _discard_if_broken(connection)
                 with transaction.atomic(using=self.alias):
                     definition.func(*job.args, **job.kwargs)
+                    if transaction.get_rollback(using=self.alias):
+                        raise RolledBack(
+                            "the job marked its transaction for rollback "
+                            "(transaction.set_rollback), so its completion cannot commit with it"
+                        )
                     if job.id not in operations.complete_jobs(connection, [job]):
                         raise LeaseLost()
                 return _Succeeded(job, time.monotonic() - started, acked=True)
@@ -528,7 +537,9 @@ class Worker:
         self.stats.dead_lettered += 1
         self.metrics.dead(job)
         _send(signals.job_dead_lettered, job=job, reason=reason)
-        logger.error("job %s #%s dead-lettered (#%s): %s", job.name, job.id, dead_id, reason)
+        # a forged row's name is anything: printed as a literal, it cannot fake log lines
+        name = job.name if job.name.isprintable() else repr(job.name)
+        logger.error("job %s #%s dead-lettered (#%s): %s", name, job.id, dead_id, reason)
 
     # -- leases, rescue, registry -------------------------------------------------------------------
 

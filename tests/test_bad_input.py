@@ -286,6 +286,42 @@ def raises_unprintable() -> None:
     raise UnprintableError()
 
 
+LongNamedError = type("E" * 300, (Exception,), {})
+
+
+@job(max_attempts=1)
+def raises_long_named_error() -> None:
+    raise LongNamedError("an exception class with a 300-character name")
+
+
+@job(atomic=True, max_attempts=1)
+def rolls_back_its_own_transaction(label: str) -> None:
+    Execution.objects.create(job_id=0, label=label, pid=0)
+    transaction.set_rollback(True)
+
+
+def test_exception_class_with_a_very_long_name_is_a_dead_letter():
+    raises_long_named_error.enqueue()
+    demo.record.enqueue("after")
+    worker = run_worker()
+    dead = DeadLetter.objects.get()
+    assert dead.error_type == "test_bad_input." + "E" * (255 - len("test_bad_input."))
+    assert "a 300-character name" in dead.reason
+    assert worker.stats.succeeded == 1
+
+
+def test_atomic_job_that_marks_its_transaction_for_rollback_is_a_failure():
+    """Its completion rolled back with it: a success would leave the job running until its
+    lease expired, then run it again."""
+    rolls_back_its_own_transaction.enqueue("rolled back")
+    worker = run_worker()
+    dead = DeadLetter.objects.get()
+    assert dead.error_type == "django_pgjobs.worker.RolledBack"
+    assert "marked its transaction for rollback" in dead.reason
+    assert not Execution.objects.exists() and not Job.objects.exists()
+    assert worker.stats.succeeded == 0
+
+
 def test_system_exit_in_a_job_is_a_failure_not_a_dead_worker():
     exits_with_system_exit.enqueue()
     demo.record.enqueue("after")

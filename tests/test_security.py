@@ -113,6 +113,15 @@ def test_a_row_can_never_import_or_call_anything_unregistered(tmp_path):
     assert not Execution.objects.exists()
 
 
+def test_forged_names_cannot_inject_log_lines(caplog):
+    caplog.set_level(logging.INFO, logger="django_pgjobs")
+    Job.objects.create(name="evil\n2026-01-01 00:00:00 ERROR django_pgjobs.worker: forged", args=[])
+    run_worker()
+    assert DeadLetter.objects.get().error_type == "UnknownJob"
+    assert not any(line.startswith("2026-01-01") for line in caplog.text.splitlines())
+    assert all("\n" not in record.getMessage() for record in caplog.records)
+
+
 def test_arguments_are_json_never_pickle():
     row = demo.record.enqueue("plain text", sleep=0)
     with connection.cursor() as cursor:
