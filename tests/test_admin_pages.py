@@ -11,6 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from django_pgjobs import job as django_pgjobs_job
 from django_pgjobs.admin import base as admin_base
 from django_pgjobs.models import DeadLetter, Job
 
@@ -288,3 +289,14 @@ def test_lists_never_offer_facet_counts(admin_client, rows):
         response = admin_client.get(url + "?_facets=1")
         assert "Show counts" not in text(response)
         assert not response.context["cl"].add_facets
+
+
+@django_pgjobs_job(name="tests.admin.sign_in")
+def sign_in(user: str, password: str, remember: bool = False) -> None:
+    """A job whose second positional argument is a secret by its parameter's name."""
+
+
+def test_positional_arguments_are_redacted_by_parameter_name(admin_client):
+    row = job(name="tests.admin.sign_in", args=["ann", "s3cr3t-pw", True])
+    page = text(admin_client.get(reverse("admin:django_pgjobs_job_change", args=[row.pk])))
+    assert "s3cr3t-pw" not in page and "ann" in page and "********" in page

@@ -135,8 +135,12 @@ class OperatorAdmin(admin.ModelAdmin):
         """Actions that remove rows for good: ``delete_<model>``."""
         return self._has_model_perm(request, "delete")
 
-    def get_actions(self, request):
-        actions = super().get_actions(request)
+    def get_actions(self, request, action_location=None):
+        # action_location: Django 6.1 also offers actions on change forms; 5.2 has no parameter.
+        if action_location is None:
+            actions = super().get_actions(request)
+        else:
+            actions = super().get_actions(request, action_location=action_location)
         actions.pop("delete_selected", None)
         return actions
 
@@ -196,11 +200,13 @@ class JobRowAdmin(OperatorAdmin):
 
     @admin.display(description="args")
     def arguments(self, obj):
-        return format_html('<pre class="pgjobs-pre">{}</pre>', display.pretty_json(obj.args))
+        args, _ = display.redact_call(obj.name, obj.args, obj.kwargs)
+        return format_html('<pre class="pgjobs-pre">{}</pre>', display.pretty_json(args))
 
     @admin.display(description="kwargs")
     def keyword_arguments(self, obj):
-        return format_html('<pre class="pgjobs-pre">{}</pre>', display.pretty_json(obj.kwargs))
+        _, kwargs = display.redact_call(obj.name, obj.args, obj.kwargs)
+        return format_html('<pre class="pgjobs-pre">{}</pre>', display.pretty_json(kwargs))
 
     @admin.display(description="job name")
     def job_name(self, obj):

@@ -6,6 +6,7 @@ a job argument or an error message can never inject markup into the admin.
 
 from __future__ import annotations
 
+import inspect
 import json
 from datetime import datetime
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 from django.utils import timezone
 from django.utils.html import format_html
 
+from .. import registry
 from ..conf import get_config
 from ..states import View
 
@@ -35,16 +37,29 @@ def redact(value: Any, keys: frozenset[str] | None = None) -> Any:
     return value
 
 
+def redact_call(name: str, args: Any, kwargs: Any) -> tuple[Any, Any]:
+    """``args`` and ``kwargs`` of a job redacted: keys of ``REDACT_KEYS`` at any depth, and the
+    positional arguments whose parameter (in the registered function) has a redacted name."""
+    keys = frozenset(k.lower() for k in get_config().REDACT_KEYS)
+    args, kwargs = redact(args, keys), redact(kwargs, keys)
+    if not keys or not isinstance(args, list) or not args:
+        return args, kwargs
+    try:
+        parameters = list(inspect.signature(registry.get(name).func).parameters.values())
+    except (registry.UnknownJobError, TypeError, ValueError):
+        return args, kwargs
+    positional = [
+        p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    args = [
+        REDACTED if index < len(positional) and positional[index].lower() in keys else value
+        for index, value in enumerate(args)
+    ]
+    return args, kwargs
+
+
 def pretty_json(value: Any) -> str:
-    return json.dumps(redact(value), indent=2, ensure_ascii=False, sort_keys=True)
-
-
-def arguments_text(args: Any, kwargs: Any) -> str:
-    """The call as an operator reads it: ``(1, "a", key=...)``, redacted."""
-    parts = [json.dumps(a, ensure_ascii=False) for a in redact(args or [])]
-    redacted_kwargs = redact(kwargs or {})
-    parts += [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in redacted_kwargs.items()]
-    return "(" + ", ".join(parts) + ")"
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
 
 
 def duration(seconds: float | None) -> str:

@@ -168,8 +168,8 @@ class JobAdmin(JobRowAdmin):
             Q(name=term) | Q(name__endswith=f".{term}") | Q(unique_key=term)
         ), False
 
-    def get_actions(self, request):
-        actions = super().get_actions(request)
+    def get_actions(self, request, action_location=None):
+        actions = super().get_actions(request, action_location)
         offered = JOB_ACTIONS_BY_FILTER.get(request.GET.get(ViewFilter.parameter_name), ())
         return {name: spec for name, spec in actions.items() if name in offered}
 

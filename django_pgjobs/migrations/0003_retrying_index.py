@@ -4,14 +4,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_pgjobs', '0002_queue_stats'),
+        ("django_pgjobs", "0002_queue_stats"),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(models.F('queue'), models.F('run_after'), models.F('id'), condition=models.Q(('attempts__gt', 0), ('status', 'ready')), name='pgjobs_job_retrying_idx'),
+            model_name="job",
+            index=models.Index(
+                models.F("queue"),
+                models.F("run_after"),
+                models.F("id"),
+                condition=models.Q(("attempts__gt", 0), ("status", "ready")),
+                name="pgjobs_job_retrying_idx",
+            ),
         ),
     ]
