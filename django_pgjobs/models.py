@@ -3,7 +3,8 @@ migrations, the admin and users' own queries."""
 
 from __future__ import annotations
 
-from django.contrib.postgres.fields import ArrayField
+import json
+
 from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
@@ -217,6 +218,31 @@ class QueueState(models.Model):
         return self.name
 
 
+class IntegerArrayField(models.Field):
+    """A PostgreSQL ``integer[]`` column, as a list of ints.
+
+    ``django.contrib.postgres``'s ArrayField would oblige every project to add that app to
+    INSTALLED_APPS (Django 6 refuses to start without it: check ``postgres.E005``) for one column
+    that only the statistics statements write.
+    """
+
+    description = "List of integers (PostgreSQL integer[])"
+
+    def db_type(self, connection):
+        return "integer[]"
+
+    def get_db_prep_value(self, value, connection, prepared=False):
+        return None if value is None else [int(item) for item in value]
+
+    def to_python(self, value):
+        if isinstance(value, str):
+            return [int(item) for item in json.loads(value)]
+        return value
+
+    def value_to_string(self, obj):
+        return json.dumps(self.value_from_object(obj))
+
+
 class QueueStat(models.Model):
     """What the workers of one queue did in one minute, for the admin dashboard.
 
@@ -231,8 +257,7 @@ class QueueStat(models.Model):
     succeeded = models.IntegerField(default=0)
     retried = models.IntegerField(default=0, help_text="Failed attempts that will be retried.")
     dead = models.IntegerField(default=0, help_text="Jobs moved to the dead letters by a worker.")
-    wait_buckets = ArrayField(
-        models.IntegerField(),
+    wait_buckets = IntegerArrayField(
         default=list,
         help_text="Claims per wait-time bucket (``metrics.WAIT_BUCKET_BOUNDS``); wait is the "
         "time from due (run_after) to claim.",
