@@ -60,3 +60,29 @@ def test_percentiles_interpolate_inside_buckets():
     buckets[-1] = 10  # a few waited more than an hour
     assert percentile(buckets, 0.99) == float("inf")
     assert wait_bucket(0) == 0 and wait_bucket(10_000) == len(metrics.WAIT_BUCKET_BOUNDS)
+
+
+def test_dashboard_shows_a_real_worker_and_what_it_did(start_worker, client, django_user_model):
+    import signal
+
+    from django.urls import reverse
+    from helpers import wait_until
+
+    from django_pgjobs.models import Job, Worker
+
+    admin = django_user_model.objects.create_superuser("root", "root@example.com", "pw")
+    client.force_login(admin)
+    demo.record.enqueue_many([(f"seen-{i}",) for i in range(20)])
+    worker = start_worker("--concurrency", "2")
+    wait_until(lambda: not Job.objects.exists(), timeout=60)
+    wait_until(lambda: QueueStat.objects.filter(queue="default", succeeded=20).exists(), timeout=30)
+    page = client.get(reverse("admin:django_pgjobs_job_dashboard"))
+    (row,) = [r for r in page.context["rows"] if r["queue"].name == "default"]
+    assert row["queue"].succeeded_60m == 20 and row["p95"] != "–"
+    (registered,) = Worker.objects.all()
+    assert registered.pid == worker.pid
+    assert page.context["workers_alive"] == 1
+    assert f">{worker.pid}<" in page.content.decode()
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0
+    assert not Worker.objects.exists()  # a stopped worker leaves the registry

@@ -221,7 +221,7 @@ def test_workers_and_queues_pages(admin_client, rows):
     page = text(admin_client.get(reverse("admin:django_pgjobs_queuestate_changelist")))
     assert "payments" in page
     page = text(admin_client.get(reverse("admin:app_list", args=["django_pgjobs"])))
-    assert "Dead letters" in page
+    assert "Dead letters" in page and f'href="{DASHBOARD}"' in page
 
 
 def test_lists_count_at_most_the_cap(admin_client, monkeypatch):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from admin_data import PASSWORD, seed
+from django.db import connections
 
 from django_pgjobs.models import DeadLetter, Job
 
@@ -55,6 +56,9 @@ def browser_page(monkeypatch):
             yield page
         finally:
             browser.close()
+            # ORM calls made while Playwright's loop runs use a connection of their own
+            # context; close it so the test database can be dropped at the end of the run.
+            connections.close_all()
 
 
 def screenshot(page, name: str, **options) -> None:

@@ -194,6 +194,7 @@ class JobRowAdmin(OperatorAdmin):
     """
 
     row_actions: dict = {}
+    dead_letters = False  # rows of pgjobs_deadletter (their timeline ends with the death)
 
     change_form_template = "admin/django_pgjobs/change_form.html"
     change_list_template = "admin/django_pgjobs/change_list.html"
@@ -251,7 +252,7 @@ class JobRowAdmin(OperatorAdmin):
         if obj is not None:
             extra = {
                 "job_errors": list(reversed(obj.errors or [])),
-                "timeline": display.timeline(obj, dead=not hasattr(obj, "status")),
+                "timeline": display.timeline(obj, dead=self.dead_letters),
                 "job_actions": [
                     (action, reverse(self.url_name("act"), args=[obj.pk, action.name]))
                     for action in self.actions_for(request, obj)

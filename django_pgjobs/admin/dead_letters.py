@@ -91,6 +91,7 @@ class DeadLetterAdmin(JobRowAdmin):
     )
     actions = ("requeue", "delete")
     row_actions = DEAD_LETTER_ACTIONS
+    dead_letters = True
     fieldsets = (
         (None, {"fields": ("id", "job_id", "name", "queue", "priority", "unique_key")}),
         (
