@@ -14,9 +14,10 @@ Size comes from the environment (defaults fit CI's budget on 2 cores)::
     PGJOBS_CHAOS_JOBS=10000 PGJOBS_CHAOS_KILLS=20 \
         python -m pytest -m chaos tests/test_chaos.py
 
-``PGJOBS_CHAOS_WORKERS`` (4), ``PGJOBS_CHAOS_CONCURRENCY`` (4), ``PGJOBS_CHAOS_SEED`` (random,
-printed) and ``PGJOBS_CHAOS_REPORT`` (a file the figures are appended to as JSON lines) tune the
-rest. Each scenario prints one ``chaos figures:`` line.
+``PGJOBS_CHAOS_WORKERS`` (4), ``PGJOBS_CHAOS_CONCURRENCY`` (4), ``PGJOBS_CHAOS_JOB_SECONDS``
+(0.05, how long each job sleeps), ``PGJOBS_CHAOS_SEED`` (random, printed) and
+``PGJOBS_CHAOS_REPORT`` (a file the figures are appended to as JSON lines) tune the rest. Each
+scenario prints one ``chaos figures:`` line.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ JOBS = int(os.environ.get("PGJOBS_CHAOS_JOBS", "4000"))
 KILLS = int(os.environ.get("PGJOBS_CHAOS_KILLS", "12"))
 WORKERS = int(os.environ.get("PGJOBS_CHAOS_WORKERS", "4"))
 CONCURRENCY = int(os.environ.get("PGJOBS_CHAOS_CONCURRENCY", "4"))
+# Each job sleeps this long, so a run lasts long enough for its kills however fast the machine.
+JOB_SECONDS = float(os.environ.get("PGJOBS_CHAOS_JOB_SECONDS", "0.05"))
 PREFETCH = 2
 SEED = int(os.environ.get("PGJOBS_CHAOS_SEED") or random.SystemRandom().randrange(10**6))
 REPORT = os.environ.get("PGJOBS_CHAOS_REPORT")
@@ -75,10 +78,11 @@ class Figures:
     scenario: str
     jobs: int = 0
     atomic: int = 0
+    job_seconds: float = JOB_SECONDS
     workers: int = WORKERS
     concurrency: int = CONCURRENCY
     kills: int = 0
-    in_flight_at_kills: int = 0  # jobs the victims held (claimed, not acknowledged) when killed
+    in_flight_at_kills: int = 0  # jobs the victims held (claimed, not acknowledged) just before
     restarts: int = 0
     pg_restarts: int = 0
     terminated: int = 0
@@ -116,12 +120,14 @@ def enqueue_chaos_jobs(prefix: str, jobs: int) -> tuple[dict[int, str], set[int]
     plain, atomic = labels[::2], labels[1::2]
     by_id: dict[int, str] = {}
     atomic_ids: set[int] = set()
+    sleep = {"sleep": JOB_SECONDS}
     for start in range(0, len(plain), 2500):
-        for row in demo.record.enqueue_many([(label,) for label in plain[start : start + 2500]]):
+        chunk = plain[start : start + 2500]
+        for row in demo.record.enqueue_many([((label,), sleep) for label in chunk]):
             by_id[row.pk] = row.args[0]
     for start in range(0, len(atomic), 2500):
         chunk = atomic[start : start + 2500]
-        for row in demo.record_atomic.enqueue_many([(label,) for label in chunk]):
+        for row in demo.record_atomic.enqueue_many([((label,), sleep) for label in chunk]):
             by_id[row.pk] = row.args[0]
             atomic_ids.add(row.pk)
     assert len(by_id) == jobs
@@ -151,11 +157,14 @@ class ChaosRun:
             env=CHAOS_ENV,
         )
 
-    def kill_and_restart(self, index: int) -> None:
+    def jobs_held(self) -> Tally:
+        """Running jobs per worker pid (worker ids are ``host:pid:suffix``)."""
+        workers = Job.objects.filter(status="running").values_list("worker", flat=True)
+        return Tally(int(worker.rsplit(":", 2)[1]) for worker in workers)
+
+    def kill_and_restart(self, index: int, held: int) -> None:
         victim = self.workers[index]
-        self.figures.in_flight_at_kills += Job.objects.filter(
-            status="running", worker__contains=f":{victim.pid}:"
-        ).count()
+        self.figures.in_flight_at_kills += held
         victim.kill()
         self.killed.append(victim)
         self.figures.kills += 1
@@ -240,7 +249,12 @@ def test_random_sigkills_while_workers_restart(start_worker, capsys):
         time.sleep(rng.uniform(0.3, 1.0))
         if not Job.objects.exists():
             break
-        run.kill_and_restart(rng.randrange(WORKERS))
+        # a random worker, among those holding jobs when there are any: killing one still
+        # starting up would test little
+        held = run.jobs_held()
+        busy = [i for i, worker in enumerate(run.workers) if held[worker.pid]]
+        index = rng.choice(busy) if busy else rng.randrange(WORKERS)
+        run.kill_and_restart(index, held[run.workers[index].pid])
     run.figures.disruptions = run.figures.kills
     assert run.figures.kills >= KILLS, (
         f"the jobs ran out after {run.figures.kills} kills; raise PGJOBS_CHAOS_JOBS"
