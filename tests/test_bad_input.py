@@ -382,7 +382,7 @@ def test_error_messages_jsonb_cannot_store_are_escaped_and_the_worker_keeps_goin
 
 # -- installation mistakes: a clear message naming the fix ----------------------------------------
 
-TABLES = ["pgjobs_job", "pgjobs_deadletter", "pgjobs_worker", "pgjobs_queue"]
+TABLES = ["pgjobs_job", "pgjobs_deadletter", "pgjobs_worker", "pgjobs_queue", "pgjobs_stat"]
 
 
 def _rename_tables(suffix_from: str, suffix_to: str) -> None:
