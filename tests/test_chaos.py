@@ -262,15 +262,22 @@ def test_random_sigkills_while_workers_restart(start_worker, capsys):
     run.finish(capsys)
 
 
-def test_postgresql_restart_in_the_middle(start_worker, capsys):
+@pytest.mark.parametrize(
+    "down_seconds",
+    [2.0, 2 * float(CHAOS_ENV["PGJOBS_LEASE_SECONDS"])],
+    ids=["short-outage", "outage-past-the-lease"],
+)
+def test_postgresql_restart_in_the_middle(start_worker, capsys, down_seconds):
+    """Past the lease, every running job's lease has expired when the server is back: the
+    workers' rescue and their late acknowledgements race, and the claim tokens decide."""
     if throwaway_pg.data_dir() is None:
         pytest.skip(
             "restarting PostgreSQL needs the suite's own throwaway server; DATABASE_URL was given"
         )
-    run = ChaosRun("postgresql-restart", start_worker)
+    run = ChaosRun(f"postgresql-restart-{down_seconds:g}s", start_worker)
     wait_until(lambda: Execution.objects.count() >= JOBS // 3, timeout=TIMEOUT)
     # immediate: no checkpoint, crash recovery at start, like a power cut of the server alone
-    throwaway_pg.restart("immediate", pause_seconds=2.0)
+    throwaway_pg.restart("immediate", pause_seconds=down_seconds)
     connection.close()
     run.figures.pg_restarts = 1
     run.figures.disruptions = WORKERS  # every worker's jobs in flight were interrupted at once
