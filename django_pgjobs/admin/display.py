@@ -15,17 +15,15 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from .. import registry
-from ..conf import get_config
+from ..redaction import REDACTED, redacted_keys
 from ..states import View
-
-REDACTED = "********"
 
 
 def redact(value: Any, keys: frozenset[str] | None = None) -> Any:
     """A copy of ``value`` with the values of ``PGJOBS["REDACT_KEYS"]`` keys replaced, at any
     depth (keys compare case-insensitively)."""
     if keys is None:
-        keys = frozenset(k.lower() for k in get_config().REDACT_KEYS)
+        keys = redacted_keys()
     if not keys:
         return value
     if isinstance(value, dict):
@@ -40,7 +38,7 @@ def redact(value: Any, keys: frozenset[str] | None = None) -> Any:
 def redact_call(name: str, args: Any, kwargs: Any) -> tuple[Any, Any]:
     """``args`` and ``kwargs`` of a job redacted: keys of ``REDACT_KEYS`` at any depth, and the
     positional arguments whose parameter (in the registered function) has a redacted name."""
-    keys = frozenset(k.lower() for k in get_config().REDACT_KEYS)
+    keys = redacted_keys()
     args, kwargs = redact(args, keys), redact(kwargs, keys)
     if not keys or not isinstance(args, list) or not args:
         return args, kwargs
