@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 ROWS = [
     ("enqueue_1", "enqueue, 1 job per transaction, 1 producer (jobs/s)", "rate"),
     ("enqueue_8", "enqueue, 1 job per transaction, 8 producers (jobs/s)", "rate"),
@@ -37,7 +39,7 @@ def write_reports(results: dict) -> str:
     peers = [s for s in names if s != "pgjobs"]
     lines = []
     header = ["measurement", *[systems[s]["label"] for s in names]]
-    header += [f"pgjobs ÷ {systems[p]['label']}" for p in peers if "pgjobs" in names]
+    header += [f"vs {systems[p]['label']}" for p in peers if "pgjobs" in names]
     lines.append("| " + " | ".join(header) + " |")
     lines.append("|" + "---|" * len(header))
     for key, title, kind in ROWS:
@@ -50,11 +52,16 @@ def write_reports(results: dict) -> str:
                 theirs = _value(systems[peer].get(key), kind)
                 if ours is None or theirs is None or key == "enqueue_8_nonotify":
                     cells.append("")
-                elif kind == "latency":  # lower is better: how many times faster
-                    cells.append(f"{theirs / ours:.1f}× faster")
+                elif kind == "latency":  # lower is better: their time / ours
+                    cells.append(f"{theirs / ours:.2f}×")
                 else:
                     cells.append(f"{ours / theirs:.2f}×")
         lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append(
+        "Medians; the `vs` columns are django-pgjobs' advantage (throughput: ours ÷ theirs; "
+        "latency: their p50 ÷ ours), so above 1× means django-pgjobs is better."
+    )
     for spec in systems.values():
         if "skipped" in spec:
             lines.append(f"\n{spec['label']}: skipped ({spec['skipped']}).")
@@ -78,6 +85,7 @@ def write_reports(results: dict) -> str:
             f"({claim['table_size']}): {large['p50_ms'] / small['p50_ms']:.2f}× "
             f"(mean {small['mean_ms']:.2f} → {large['mean_ms']:.2f} ms)."
         )
+    lines.extend(targets(results))
     meta = results.get("meta") or {}
     if meta:
         lines.append("")
@@ -91,3 +99,73 @@ def write_reports(results: dict) -> str:
             + "."
         )
     return "\n".join(lines) + "\n"
+
+
+def _median(results: dict, system: str, key: str):
+    entry = results["systems"].get(system, {}).get(key)
+    if not entry or "error" in entry:
+        return None
+    return entry["median"]
+
+
+def targets(results: dict) -> list[str]:
+    """The targets of the performance work, each with this run's figure: met or missed."""
+    rows = []
+
+    def ratio(key: str, peer: str, goal: float, what: str) -> None:
+        ours, theirs = _median(results, "pgjobs", key), _median(results, peer, key)
+        if ours is None or theirs is None:
+            return
+        value = ours / theirs
+        rows.append((what, f"{value:.2f}× (≥ {goal}×)", value >= goal))
+
+    for peer, goal in (("pgqueuer", 1.5), ("procrastinate", 10), ("tasksdb", 10)):
+        label = results["systems"].get(peer, {}).get("label", peer)
+        ratio("drain_1", peer, goal, f"no-op drain, 1 process, vs {label}")
+        ratio("drain_2", peer, goal, f"no-op drain, 2 processes, vs {label}")
+    ratio("enqueue_1", "pgqueuer", 1.3, "enqueue 1/transaction, 1 producer, vs PgQueuer")
+    ratio("enqueue_8", "pgqueuer", 1.3, "enqueue 1/transaction, 8 producers, vs PgQueuer")
+    ratio("bulk", "pgqueuer", 1.0, "bulk enqueue vs PgQueuer")
+    listen = _median(results, "pgjobs", "latency_listen")
+    if listen:
+        rows.append(
+            ("enqueue→start p50, LISTEN", f"{listen['p50_ms']:.1f} ms (≤ 5)", listen["p50_ms"] <= 5)
+        )
+        rows.append(
+            (
+                "enqueue→start p99, LISTEN",
+                f"{listen['p99_ms']:.1f} ms (≤ 25)",
+                listen["p99_ms"] <= 25,
+            )
+        )
+    poll = _median(results, "pgjobs", "latency_poll")
+    if poll:
+        rows.append(
+            (
+                "enqueue→start p99, polling every 1 s",
+                f"{poll['p99_ms']:.0f} ms (≤ 1000)",
+                poll["p99_ms"] <= 1000,
+            )
+        )
+    claim = results.get("claim_cost") or {}
+    if claim.get("rows_large"):
+        value = claim["rows_large"]["p50_ms"] / claim["rows_10k"]["p50_ms"]
+        rows.append(
+            (
+                f"claim p50 with {claim['history_rows']:,} rows vs 10k",
+                f"{value:.2f}× (≤ 1.2×)",
+                value <= 1.2,
+            )
+        )
+    ours = results["systems"].get("pgjobs", {})
+    on, off = ours.get("enqueue_8", {}), ours.get("enqueue_8_nonotify", {})
+    if on.get("samples") and off.get("samples"):
+        # measured in pairs (off right after on), so compare pair by pair
+        pairs = [a / b for a, b in zip(on["samples"], off["samples"], strict=False)]
+        value = statistics.median(pairs)
+        rows.append(("8 producers, notifications on ÷ off", f"{value:.0%} (≥ 80%)", value >= 0.8))
+    if not rows:
+        return []
+    lines = ["", "| target | this run | |", "|---|---|---|"]
+    lines += [f"| {what} | {value} | {'met' if ok else '**missed**'} |" for what, value, ok in rows]
+    return lines

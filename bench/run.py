@@ -43,7 +43,7 @@ SYSTEMS: dict[str, dict] = {
         "package": "django_pgjobs",
         "remaining": "SELECT count(*) FROM pgjobs_job WHERE status IN ('ready', 'running')",
         "reset": "TRUNCATE pgjobs_job, pgjobs_deadletter, pgjobs_worker",
-        "drain": ["--concurrency", "2", "--batch", "100", "--prefetch", "100"],
+        "drain": ["--concurrency", "2", "--batch", "200", "--prefetch", "400"],
         "sleepy": ["--concurrency", "32", "--batch", "50"],
         "latency": ["--concurrency", "4"],
         "poll": ["--concurrency", "4", "--poll", "1"],
@@ -54,7 +54,8 @@ SYSTEMS: dict[str, dict] = {
         "remaining": "SELECT count(*) FROM pgqueuer WHERE status IN ('queued', 'picked')",
         "reset": "TRUNCATE pgqueuer, pgqueuer_log",
         "drain": ["--batch", "100"],
-        "sleepy": ["--concurrency", "32", "--batch", "50"],
+        # PgQueuer wants max_concurrent_tasks >= 2 x batch: 32 in flight, batches of 16
+        "sleepy": ["--concurrency", "32", "--batch", "16"],
         "latency": ["--batch", "10"],
         "poll": None,  # PgQueuer always listens; no poll-only mode
     },
@@ -63,8 +64,8 @@ SYSTEMS: dict[str, dict] = {
         "package": "procrastinate",
         "remaining": "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')",
         "reset": "TRUNCATE procrastinate_jobs CASCADE",
-        "drain": ["--concurrency", "10"],
-        "sleepy": ["--concurrency", "32"],
+        "drain": ["--concurrency", "10", "--interval", "0.1"],
+        "sleepy": ["--concurrency", "32", "--interval", "0.1"],
         "latency": ["--concurrency", "1"],
         "poll": ["--concurrency", "1", "--poll", "1"],
     },
@@ -156,8 +157,12 @@ class Bench:
 
     def remaining(self, system: str) -> int:
         spec = SYSTEMS[system]
-        if spec["remaining"] is None:
-            return self.driver(system, "remaining")["remaining"]
+        if spec["remaining"] is None:  # Celery: counted in Redis (see bench/drivers/celery.py)
+            import redis
+
+            client = redis.Redis.from_url("redis://127.0.0.1:6379/9")
+            expected, done = client.mget("bench:expected", "bench:done")
+            return int(expected or 0) - int(done or 0)
         with psycopg.connect(self.url(system), autocommit=True) as conn:
             return conn.execute(spec["remaining"]).fetchone()[0]
 
@@ -170,7 +175,9 @@ class Bench:
                 conn.execute(spec["reset"])
                 conn.execute("VACUUM ANALYZE")
 
-    def start_workers(self, system: str, count: int, options: list[str], **env: str):
+    def start_workers(
+        self, system: str, count: int, options: list[str], wait: bool = True, **env: str
+    ):
         workers = []
         for index in range(count):
             log = open(self.tmp / f"{system}-worker-{index}.log", "w")  # noqa: SIM115
@@ -183,6 +190,8 @@ class Bench:
                     stderr=subprocess.STDOUT,
                 )
             )
+        if not wait:
+            return workers
         time.sleep(3.0 + count)  # start-up (imports, connections) is not measured
         for worker in workers:
             if worker.poll() is not None:
@@ -250,15 +259,37 @@ class Bench:
             n = self.size("sleepy") // (3 if system in SLOW else 1)
         else:
             n = self.size(DRAIN_SIZE.get(system, "drain_slow"))
+        command = "bulk-sleep" if sleepy else "bulk"
+        if SYSTEMS[system]["remaining"] is None:
+            return self.drain_rate_unbatched(system, processes, options, command, n)
         workers = self.start_workers(system, processes, options)
         try:
-            report = self.driver(system, "bulk-sleep" if sleepy else "bulk", str(n))
+            report = self.driver(system, command, str(n))
             committed = report["end"]
             finished = self.wait_empty(system, timeout=600)
         finally:
             self.stop_workers(workers)
         self.reset(system)
         return n / (finished - committed)
+
+    def drain_rate_unbatched(self, system, processes, options, command, n) -> float:
+        """For a broker without transactions (Celery): its "bulk" publishes job by job, and
+        workers would start on the first jobs during the publish. Publish first, start the
+        workers, and time from the first finished job to the last."""
+        self.driver(system, command, str(n))
+        workers = self.start_workers(system, processes, options, wait=False)
+        try:
+            deadline = time.time() + 120
+            while (left := self.remaining(system)) == n:
+                if time.time() > deadline:
+                    raise RuntimeError(f"{system}: workers did not start")
+                time.sleep(0.02)
+            started, at_start = time.time(), left
+            finished = self.wait_empty(system, timeout=600)
+        finally:
+            self.stop_workers(workers)
+        self.reset(system)
+        return at_start / (finished - started)
 
     def latency(self, system: str, options: list[str], poll: bool) -> dict:
         n = self.size("latency_poll" if poll else "latency")
@@ -290,10 +321,6 @@ class Bench:
             ("enqueue_1", lambda: self.enqueue_rate(system, 1), None),
             ("enqueue_8", lambda: self.enqueue_rate(system, 8), None),
         ]
-        if system == "pgjobs":
-            steps.append(
-                ("enqueue_8_nonotify", lambda: self.enqueue_rate(system, 8, BENCH_NOTIFY="0"), None)
-            )
         steps += [
             ("bulk", lambda: self.bulk_rate(system), None),
             ("drain_1", lambda: self.drain_rate(system, 1, spec["drain"]), None),
@@ -332,6 +359,11 @@ class Bench:
                     started = time.time()
                     try:
                         samples.setdefault(system, []).append(step[1]())
+                        if system == "pgjobs" and name == "enqueue_8":
+                            # notifications off, right after on: the same load for both
+                            off = self.enqueue_rate(system, 8, BENCH_NOTIFY="0")
+                            samples.setdefault("pgjobs:nonotify", []).append(off)
+                            log(f"   enqueue_8_nonotify pgjobs #{rep + 1}: {_short(off)}")
                     except Exception as error:  # noqa: BLE001 - one failure must not end the run
                         errors[system] = str(error)[-500:]
                         log(f"   {name} {system}: ERROR {errors[system]}")
@@ -340,6 +372,12 @@ class Bench:
                         f"   {name} {system} #{rep + 1}: {_short(samples[system][-1])} "
                         f"({time.time() - started:.0f}s)"
                     )
+            if "pgjobs:nonotify" in samples:
+                values = samples.pop("pgjobs:nonotify")
+                self.results["systems"]["pgjobs"]["enqueue_8_nonotify"] = {
+                    "median": statistics.median(values),
+                    "samples": values,
+                }
             for system in systems:
                 result = self.results["systems"][system]
                 if system in errors:
@@ -444,7 +482,16 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--only", default="", help="measurement name prefixes, comma-separated")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"), help="output directory")
+    parser.add_argument(
+        "--report", metavar="JSON", help="only rewrite the Markdown of an earlier run's JSON"
+    )
     args = parser.parse_args(argv)
+    if args.report:
+        results = json.loads(Path(args.report).read_text())
+        markdown = write_reports(results)
+        Path(args.report).with_suffix(".md").write_text(markdown)
+        print(markdown)
+        return 0
     args.systems = [s for s in args.systems.split(",") if s]
     args.only = [s for s in args.only.split(",") if s]
     unknown = set(args.systems) - set(SYSTEMS)

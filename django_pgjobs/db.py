@@ -42,9 +42,11 @@ def execute(
 
 
 def _rows(cursor) -> list[dict[str, Any]]:
-    if cursor.description is None:
+    result = cursor.pgresult  # its column names, without building psycopg Column objects
+    if result is None or not result.nfields:
         return []
-    names = [column.name for column in cursor.description]
+    encoding = cursor.connection.info.encoding
+    names = [result.fname(i).decode(encoding) for i in range(result.nfields)]
     return [
         {n: _decode(n, v) for n, v in zip(names, row, strict=True)} for row in cursor.fetchall()
     ]

@@ -107,7 +107,8 @@ def enqueue_definition(definition: JobDefinition, args: tuple | list, kwargs: di
     notify = config.LISTEN_NOTIFY and _notify_worthwhile(connection, params)
     rows = db.execute_prepared(connection, "enqueue_job", {**params, "notify": notify})
     if rows:
-        job = _to_job(rows[0], connection.alias)
+        sent = [(list(args), dict(kwargs), params["unique_key"])]
+        (job,) = _jobs_from_inserted(rows, sent, params, connection.alias)
         signals.job_enqueued.send(sender=Job, job=job, created=True)
         return job
     # A job with this unique_key is already ready or running: hand back that one.

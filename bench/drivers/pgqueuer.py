@@ -22,11 +22,11 @@ async def _queries() -> tuple[asyncpg.Connection, Queries]:
 
 
 async def worker(rest: list[str]) -> None:
-    concurrency, batch = 0, 10
+    most, batch = None, 10
     while rest:
         flag = rest.pop(0)
-        if flag == "--concurrency":
-            concurrency = int(rest.pop(0))
+        if flag == "--concurrency":  # jobs in flight per worker (PgQueuer: >= 2 x batch)
+            most = int(rest.pop(0))
         elif flag == "--batch":
             batch = int(rest.pop(0))
     conn = await asyncpg.connect(common.database_url())
@@ -36,7 +36,7 @@ async def worker(rest: list[str]) -> None:
     async def noop(job) -> None:
         pass
 
-    @pgq.entrypoint("nap", concurrency_limit=concurrency)
+    @pgq.entrypoint("nap")
     async def nap(job) -> None:
         await asyncio.sleep(float(job.payload.decode()))
 
@@ -47,7 +47,9 @@ async def worker(rest: list[str]) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, pgq.shutdown.set)
-    await pgq.qm.run(batch_size=batch, dequeue_timeout=timedelta(seconds=1))
+    await pgq.qm.run(
+        batch_size=batch, max_concurrent_tasks=most, dequeue_timeout=timedelta(seconds=1)
+    )
 
 
 async def main(argv: list[str]) -> None:

@@ -49,6 +49,8 @@ async def main(argv: list[str]) -> None:
                 elif flag == "--poll":
                     options["listen_notify"] = False
                     options["fetch_job_polling_interval"] = float(rest.pop(0))
+                elif flag == "--interval":  # polling besides LISTEN
+                    options["fetch_job_polling_interval"] = float(rest.pop(0))
             await app.run_worker_async(**options)
         elif command == "enqueue":
             n = int(rest[0])

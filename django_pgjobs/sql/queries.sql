@@ -4,9 +4,10 @@
 -- into the text.
 
 -- name: enqueue_job
--- Insert one job. A job whose unique_key is already ready or running is not inserted (no row
--- comes back). Workers listening on the job's queue are woken when it is due now; PostgreSQL
--- folds identical notifications of one transaction into one.
+-- Insert one job; returns only what the database chose (id, times). A job whose unique_key is
+-- already ready or running is not inserted (no row comes back). Workers listening on the job's
+-- queue are woken when it is due now; PostgreSQL folds identical notifications of one
+-- transaction into one.
 WITH inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
                             max_attempts, unique_key, created_at, worker, errors)
@@ -14,9 +15,9 @@ WITH inserted AS (
             COALESCE(%(run_after)s::timestamptz, now()), 0, %(max_attempts)s, %(unique_key)s,
             now(), '', '[]'::jsonb)
     ON CONFLICT (unique_key) WHERE status IN ('ready', 'running') DO NOTHING
-    RETURNING *
+    RETURNING id, queue, run_after, created_at, unique_key
 )
-SELECT inserted.*,
+SELECT inserted.id, inserted.run_after, inserted.created_at, inserted.unique_key,
        CASE WHEN %(notify)s AND inserted.run_after <= now()
             THEN pg_notify('pgjobs', inserted.queue) END IS NULL AS _notified
 FROM inserted;
