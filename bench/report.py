@@ -20,6 +20,8 @@ ROWS = [
 def _cell(entry, kind: str) -> str:
     if entry is None:
         return "n/a"
+    if "invalid" in entry:
+        return "invalid (see notes)"
     if "error" in entry:
         return "error"
     if kind == "latency":
@@ -28,7 +30,7 @@ def _cell(entry, kind: str) -> str:
 
 
 def _value(entry, kind: str):
-    if not entry or "error" in entry:
+    if not entry or "error" in entry or "invalid" in entry:
         return None
     return entry["median"]["p50_ms"] if kind == "latency" else entry["median"]
 
@@ -103,7 +105,7 @@ def write_reports(results: dict) -> str:
 
 def _median(results: dict, system: str, key: str):
     entry = results["systems"].get(system, {}).get(key)
-    if not entry or "error" in entry:
+    if not entry or "error" in entry or "invalid" in entry:
         return None
     return entry["median"]
 
