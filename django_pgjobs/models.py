@@ -108,7 +108,8 @@ class Job(models.Model):
             models.UniqueConstraint(
                 "unique_key",
                 name="pgjobs_job_unique_key_in_flight",
-                condition=Q(status__in=["ready", "running"]),
+                # NOT NULL in the predicate: jobs without a key (most) add no index entry.
+                condition=Q(unique_key__isnull=False, status__in=["ready", "running"]),
             ),
             models.CheckConstraint(
                 condition=Q(priority__gte=PRIORITY_MIN, priority__lte=PRIORITY_MAX),

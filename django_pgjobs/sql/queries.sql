@@ -14,7 +14,8 @@ WITH inserted AS (
     VALUES (%(name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb, 'ready',
             COALESCE(%(run_after)s::timestamptz, now()), 0, %(max_attempts)s, %(unique_key)s,
             now(), '', '[]'::jsonb)
-    ON CONFLICT (unique_key) WHERE status IN ('ready', 'running') DO NOTHING
+    ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
+    DO NOTHING
     RETURNING id, queue, run_after, created_at, unique_key
 )
 SELECT inserted.id, inserted.run_after, inserted.created_at, inserted.unique_key,
@@ -34,7 +35,8 @@ WITH inserted AS (
            COALESCE(%(run_after)s::timestamptz, now()), 0, %(max_attempts)s::int, u, now(), '',
            '[]'::jsonb
     FROM unnest(%(args)s::jsonb[], %(kwargs)s::jsonb[], %(unique_keys)s::text[]) AS rows(a, k, u)
-    ON CONFLICT (unique_key) WHERE status IN ('ready', 'running') DO NOTHING
+    ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
+    DO NOTHING
     RETURNING id, run_after, created_at, unique_key
 ),
 woken AS (
