@@ -179,6 +179,7 @@ class Worker:
         self._force = threading.Event()  # second signal: give up on running jobs now
         self._wake_pending = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._abandoned = False  # the grace period ran out with jobs still running
 
     # -- public ---------------------------------------------------------------------------------
 
@@ -335,12 +336,24 @@ class Worker:
         self._settle_acks(acks, done)
         self.stats.claimed += len(jobs)
         self.metrics.claimed(jobs)
+        runnable = []
         for job in jobs:
             self._held[job.id] = job
-            self._dispatch(job)
+            definition = self._admit(job)
+            if definition is not None:
+                runnable.append((job, definition))
+        # The claim gave every job the worker's lease; jobs that declare their own get it before
+        # they start, in one statement for the batch (none when every job uses the default).
+        own_lease = [job for job, _ in runnable if job.lease_seconds != self.lease_seconds]
+        if own_lease:
+            operations.extend_leases(self._connection(), own_lease)
+        for item in runnable:
+            self._todo.put(item)
         return len(jobs) == limit
 
-    def _dispatch(self, job: ClaimedJob) -> None:
+    def _admit(self, job: ClaimedJob) -> registry.JobDefinition | None:
+        """The definition to run ``job`` with, or None after dead-lettering a job that names no
+        registered function or whose arguments do not fit it."""
         try:
             definition = registry.get(job.name)
         except registry.UnknownJobError as error:
@@ -352,7 +365,7 @@ class Worker:
                     job.attempts, error_type="UnknownJob", message=str(error), worker=self.id
                 ),
             )
-            return
+            return None
         try:
             definition.check_arguments(job.args, job.kwargs)
         except TypeError as error:
@@ -363,9 +376,9 @@ class Worker:
                     job.attempts, error_type="BadArguments", message=str(error), worker=self.id
                 ),
             )
-            return
+            return None
         job.lease_seconds = definition.get_lease_seconds()
-        self._todo.put((job, definition))
+        return definition
 
     # -- executing (executor threads) -------------------------------------------------------------
 
@@ -467,8 +480,15 @@ class Worker:
             )
 
     def _finish(self, job: ClaimedJob) -> None:
-        self._held.pop(job.id, None)
+        self._forget(job)
         self.stats.window_finished += 1
+
+    def _forget(self, job: ClaimedJob) -> None:
+        """Stop tracking this claim of ``job``. Held jobs are keyed by id, and a job whose lease
+        expired can be claimed again by this same worker while the old run is still going: the
+        old run finishing must not drop the new claim (it would lose its heartbeat)."""
+        if self._held.get(job.id) is job:
+            del self._held[job.id]
 
     def _flush_acks(self) -> None:
         if not self._acks:
@@ -596,7 +616,7 @@ class Worker:
             or set()
         )
         for job in unstarted:
-            self._held.pop(job.id, None)
+            self._forget(job)
         self.stats.released += len(released)
         logger.info("handed back %d claimed job(s) that had not started", len(released))
 
@@ -607,6 +627,7 @@ class Worker:
             f"worker {self.id} shut down before the job finished "
             f"(shutdown grace {self.shutdown_grace:g}s)"
         )
+        self._abandoned = True
         for job in list(self._held.values()):
             self._record_failure(job, error)
         logger.warning("shutdown grace expired; gave up on running job(s)")
@@ -621,8 +642,11 @@ class Worker:
             logger.warning("could not finish cleanly: %s", _one_line(error))
         for _ in range(self.concurrency):
             self._todo.put(None)
+        # Idle executors exit at once on None; busy ones (jobs given up on after the grace
+        # period) are daemon threads: wait for them briefly, in total, not per thread.
+        deadline = time.monotonic() + (0.5 if self._held or self._abandoned else 5.0)
         for thread in self._threads:
-            thread.join(timeout=0.5 if self._held else 5)
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
         self._close_connection()
         self._log_stats(final=True)
 

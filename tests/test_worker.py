@@ -3,16 +3,23 @@ handlers that misbehave are in test_bad_input.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import logging
 import os
 import time
+import uuid
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 from helpers import drain, run_worker
 
-from django_pgjobs import signals
+from django_pgjobs import job, signals
+from django_pgjobs.context import current_job
 from django_pgjobs.models import DeadLetter, Job
+from django_pgjobs.operations import ClaimedJob
+from django_pgjobs.worker import Worker, _LostLease
 from testproject.demo import jobs as demo
 from testproject.demo.models import Counter, Execution, Signup
 
@@ -53,7 +60,10 @@ def test_failed_attempt_keeps_error_and_waits_for_backoff():
     run_worker()
     row = Job.objects.get(pk=enqueued.pk)
     assert row.status == "ready" and row.attempts == 1 and row.view == "retrying"
-    assert row.run_after > row.started_at
+    # flaky's policy: base 0.2 s, jitter up to half, so the next attempt is 0.1..0.2 s after
+    # the failure was recorded (the database's now() at the retry, after the error's "at")
+    backoff = row.run_after - dt.datetime.fromisoformat(row.errors[0]["at"])
+    assert dt.timedelta(seconds=0.09) <= backoff <= dt.timedelta(seconds=0.25), backoff
     (error,) = row.errors
     assert error["type"] == "ConnectionError"
     assert "flaky service unavailable" in error["message"]
@@ -215,3 +225,52 @@ def test_worker_registers_and_unregisters():
         signals.job_started.disconnect(peek)
     assert seen == [os.getpid()]
     assert not WorkerRow.objects.exists()
+
+
+@job(name="tests.long_lease", lease_seconds=600)
+def long_lease() -> None:
+    """Records how long its own lease still runs while it runs."""
+    running = current_job()
+    lease = Job.objects.values_list("lease_expires_at", flat=True).get(pk=running.id)
+    Execution.objects.create(
+        job_id=running.id,
+        attempt=running.attempts,
+        label=f"{(lease - timezone.now()).total_seconds():.0f}",
+        pid=os.getpid(),
+    )
+
+
+def test_a_jobs_own_lease_holds_from_the_start():
+    """The claim gives every job the worker's lease (60 s here); a job declaring a longer one has
+    it before its function starts, not only from the first heartbeat (10 s later)."""
+    long_lease.enqueue()
+    run_worker()
+    (execution,) = Execution.objects.all()
+    assert int(execution.label) > 500, f"lease ran {execution.label}s at start"
+
+
+def test_a_stale_run_finishing_keeps_the_new_claim_of_its_job():
+    """A worker can claim a job again (its lease expired and it was rescued) while the old run
+    still goes on. When the old run finishes, the new claim stays held: heartbeats keep its lease
+    and shutdown waits for it."""
+    worker = Worker(listen=False, install_signal_handlers=False)
+    old = ClaimedJob(
+        id=7,
+        name=demo.record.name,
+        queue="default",
+        priority=0,
+        args=["x"],
+        kwargs={},
+        attempts=1,
+        max_attempts=5,
+        run_after=timezone.now(),
+        created_at=timezone.now(),
+        claim_token=uuid.uuid4(),
+    )
+    new = dataclasses.replace(old, attempts=2, claim_token=uuid.uuid4())
+    worker._held[new.id] = new
+    worker._handle(_LostLease(old))  # the old run's atomic completion was refused
+    worker._settle_acks([old], done=set())  # or its batched acknowledgement was
+    assert worker._held == {7: new}
+    worker._handle(_LostLease(new))
+    assert worker._held == {}
