@@ -10,6 +10,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from .limits import MAX_SECONDS
+
 
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -21,8 +23,15 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         for option in ("base_seconds", "cap_seconds"):
             value = getattr(self, option)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"RetryPolicy.{option} must be a number >= 0, not {value!r}")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not 0 <= value <= MAX_SECONDS
+            ):
+                raise ValueError(
+                    f"RetryPolicy.{option} must be a number of seconds from 0 to "
+                    f"{MAX_SECONDS:,} (10 years), not {value!r}"
+                )
         if (
             isinstance(self.factor, bool)
             or not isinstance(self.factor, (int, float))

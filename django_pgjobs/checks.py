@@ -3,6 +3,7 @@
 - ``pgjobs.E001``: the jobs database is not PostgreSQL.
 - ``pgjobs.E002``: ``settings.PGJOBS`` has an unknown key or a bad value.
 - ``pgjobs.E003``: ``PGJOBS["DATABASE"]`` names no database in ``settings.DATABASES``.
+- ``pgjobs.E004``: a job's ``lease_seconds`` is shorter than two heartbeats.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from django.conf import settings
 from django.core.checks import Error, Tags, register
 from django.db import connections
 
-from .conf import ConfigError, raw_settings, validate
+from .conf import ConfigError, get_config, raw_settings, validate
+from .registry import registered
 
 
 def _alias() -> str | None:
@@ -64,3 +66,25 @@ def check_database(app_configs=None, **kwargs):
             )
         ]
     return []
+
+
+@register(Tags.compatibility)
+def check_job_leases(app_configs=None, **kwargs):
+    """A lease is extended once per heartbeat; one shorter than two heartbeats expires between
+    them, and the job is rescued (run again) while its worker is still running it."""
+    try:
+        heartbeat = get_config().HEARTBEAT_SECONDS
+    except ConfigError:
+        return []  # reported by pgjobs.E002
+    return [
+        Error(
+            f"Job {definition.name!r} has lease_seconds={definition.lease_seconds:g}, shorter than "
+            f"two heartbeats (PGJOBS['HEARTBEAT_SECONDS'] = {heartbeat:g}): its lease would "
+            "expire between heartbeats and the job would run again while still running.",
+            hint=f"Give it lease_seconds >= {2 * heartbeat:g}, or lower HEARTBEAT_SECONDS.",
+            obj=definition.func,
+            id="pgjobs.E004",
+        )
+        for definition in registered().values()
+        if definition.lease_seconds is not None and definition.lease_seconds < 2 * heartbeat
+    ]

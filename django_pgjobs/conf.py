@@ -15,6 +15,9 @@ from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from .limits import MAX_SECONDS
+from .registry import check_queue
+
 
 @dataclass(frozen=True)
 class Config:
@@ -85,6 +88,20 @@ _TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+#: Keys holding durations. Each is bounded by ``MAX_SECONDS`` so that ``now() + value`` stays a
+#: valid PostgreSQL timestamp (a bigger one would fail inside the worker, not here).
+SECONDS_KEYS = (
+    "LEASE_SECONDS",
+    "HEARTBEAT_SECONDS",
+    "RESCUE_INTERVAL_SECONDS",
+    "POLL_INTERVAL_SECONDS",
+    "RETRY_BASE_SECONDS",
+    "RETRY_CAP_SECONDS",
+    "KEEP_SUCCEEDED_SECONDS",
+    "SHUTDOWN_GRACE_SECONDS",
+)
+
+
 class ConfigError(ValueError):
     """``settings.PGJOBS`` holds an unknown key or a value of the wrong type or range."""
 
@@ -127,6 +144,19 @@ def validate(raw: dict[str, Any]) -> list[str]:
     ):
         if merged[key] < 0:
             problems.append(f"{key} must be 0 or more, not {merged[key]!r}")
+    for key in SECONDS_KEYS:
+        if merged[key] > MAX_SECONDS:
+            problems.append(
+                f"{key} must be at most {MAX_SECONDS:,} seconds (10 years), not {merged[key]!r}"
+            )
+    if merged["RETRY_FACTOR"] < 1:
+        problems.append(
+            f"RETRY_FACTOR must be 1 or more (delays never shrink), not {merged['RETRY_FACTOR']!r}"
+        )
+    try:
+        check_queue(merged["DEFAULT_QUEUE"])
+    except ValueError as error:
+        problems.append(f"DEFAULT_QUEUE: {error}")
     if not 0 <= merged["RETRY_JITTER"] <= 1:
         problems.append(f"RETRY_JITTER must be between 0 and 1, not {merged['RETRY_JITTER']!r}")
     if merged["HEARTBEAT_SECONDS"] * 2 > merged["LEASE_SECONDS"]:

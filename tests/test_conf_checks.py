@@ -9,8 +9,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import override_settings
 
-from django_pgjobs import RetryPolicy, job
-from django_pgjobs.checks import check_database, check_settings
+from django_pgjobs import RetryPolicy, job, registry
+from django_pgjobs.checks import check_database, check_job_leases, check_settings
 from django_pgjobs.conf import ConfigError, get_config
 from django_pgjobs.registry import JobAlreadyRegistered, registered
 
@@ -44,6 +44,14 @@ def test_override_settings_clears_the_cache():
         ({"HEARTBEAT_SECONDS": 40, "LEASE_SECONDS": 60}, "at most half of LEASE_SECONDS"),
         ({"DEFAULT_MAX_ATTEMPTS": True}, "DEFAULT_MAX_ATTEMPTS must be a number"),
         ({"KEEP_SUCCEEDED_SECONDS": -1}, "KEEP_SUCCEEDED_SECONDS must be 0 or more"),
+        # a factor below 1 used to pass here and crash the worker at the first failure
+        ({"RETRY_FACTOR": 0.5}, "RETRY_FACTOR must be 1 or more"),
+        # past 10 years, now() + value overflows PostgreSQL's timestamps inside the worker
+        ({"RETRY_CAP_SECONDS": 1e300}, "RETRY_CAP_SECONDS must be at most"),
+        ({"LEASE_SECONDS": 1e15, "HEARTBEAT_SECONDS": 1}, "LEASE_SECONDS must be at most"),
+        # an empty or malformed default queue would break the caller's transaction at enqueue
+        ({"DEFAULT_QUEUE": ""}, "DEFAULT_QUEUE: queue must be"),
+        ({"DEFAULT_QUEUE": "has space"}, "DEFAULT_QUEUE: queue must be"),
     ],
 )
 def test_invalid_settings_are_reported_by_check_e002(pgjobs, fragment):
@@ -76,6 +84,7 @@ def test_valid_configuration_passes_checks():
         (["--batch-size", "-1"], "batch-size"),
         (["--max-jobs", "zero"], "max-jobs"),
         (["--poll-interval", "0"], "poll-interval"),
+        (["--stats-interval", "0"], "stats-interval"),
         (["--queue", "bad queue'"], "queue must be"),
     ],
 )
@@ -96,7 +105,14 @@ def test_backoff_is_exponential_capped_and_jittered():
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"base_seconds": -1}, {"factor": 0.5}, {"jitter": 1.5}, {"cap_seconds": "1"}]
+    "kwargs",
+    [
+        {"base_seconds": -1},
+        {"factor": 0.5},
+        {"jitter": 1.5},
+        {"cap_seconds": "1"},
+        {"cap_seconds": 1e300},
+    ],
 )
 def test_retry_policy_validates(kwargs):
     with pytest.raises(ValueError):
@@ -131,3 +147,19 @@ def test_local_functions_need_a_name():
 
     with pytest.raises(ValueError, match="module-level"):
         make()
+
+
+def test_a_job_lease_shorter_than_two_heartbeats_is_check_e004(monkeypatch):
+    monkeypatch.setattr(registry, "_REGISTRY", registry.registered())  # forget it afterwards
+
+    @job(name="checks.short_lease", lease_seconds=5)
+    def short_lease() -> None: ...
+
+    @job(name="checks.long_enough_lease", lease_seconds=20)
+    def long_enough() -> None: ...
+
+    (error,) = check_job_leases()  # HEARTBEAT_SECONDS is 10
+    assert error.id == "pgjobs.E004" and "'checks.short_lease'" in error.msg
+    assert "lease_seconds >= 20" in error.hint
+    with override_settings(PGJOBS={"HEARTBEAT_SECONDS": 2}):
+        assert check_job_leases() == []

@@ -32,9 +32,17 @@ def _seconds(value: str) -> float:
     return number
 
 
+def _positive_seconds(value: str) -> float:
+    number = _seconds(value)
+    if number == 0:
+        raise ValueError
+    return number
+
+
 _positive_int.__name__ = "positive integer"
 _non_negative_int.__name__ = "integer >= 0"
 _seconds.__name__ = "number of seconds"
+_positive_seconds.__name__ = "number of seconds greater than 0"
 
 
 class Command(BaseCommand):
@@ -82,7 +90,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--poll-interval",
-            type=_seconds,
+            type=_positive_seconds,
             default=None,
             help="Seconds between polls (PGJOBS['POLL_INTERVAL_SECONDS'] by default).",
         )
@@ -100,15 +108,13 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--stats-interval",
-            type=_seconds,
+            type=_positive_seconds,
             default=60.0,
             help="Seconds between summary log lines. Default: 60.",
         )
 
     def handle(self, *args, **options):
         _ensure_logging(options["verbosity"])
-        if options["poll_interval"] == 0:
-            raise CommandError("--poll-interval must be greater than 0")
         try:
             worker = Worker(
                 queues=options["queues"],
@@ -120,7 +126,7 @@ class Command(BaseCommand):
                 poll_interval=options["poll_interval"],
                 shutdown_grace=options["shutdown_grace"],
                 listen=False if options["no_listen"] else get_config().LISTEN_NOTIFY,
-                stats_interval=options["stats_interval"] or 60.0,
+                stats_interval=options["stats_interval"],
             )
         except ValueError as error:
             raise CommandError(str(error)) from error
