@@ -12,6 +12,7 @@ from django.db import ProgrammingError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .conf import get_config
+from .payload import Undecodable
 from .sql import query
 
 
@@ -28,7 +29,10 @@ def jobs_connection(using: str | None = None) -> BaseDatabaseWrapper:
 
 def _decode(name: str, value: Any) -> Any:
     if name in JSON_COLUMNS and isinstance(value, (str, bytes)):
-        return json.loads(value)
+        try:
+            return json.loads(value)
+        except RecursionError:
+            return Undecodable(f"{name} nests deeper than Python can decode")
     return value
 
 

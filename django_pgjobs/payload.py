@@ -28,6 +28,18 @@ class PayloadTooLarge(ValueError):
     """Job arguments larger than ``PGJOBS["MAX_PAYLOAD_BYTES"]``."""
 
 
+class Undecodable:
+    """A stored JSON value Python cannot decode (jsonb nests deeper than Python's recursion
+    limit). Only a row written around ``enqueue()`` holds one; the worker dead-letters its job
+    with ``reason`` instead of crashing on it."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"<undecodable JSON: {self.reason}>"
+
+
 def _check(value: Any, path: str, depth: int = 0) -> None:
     if value is None or isinstance(value, bool):
         return

@@ -19,6 +19,7 @@ from typing import Any
 
 from . import registry
 from .conf import get_config
+from .payload import MAX_NESTING
 
 REDACTED = "********"
 MIN_SECRET_CHARS = 4
@@ -45,13 +46,17 @@ def secret_values(
     return found
 
 
-def _collect(value: Any, keys: frozenset[str], found: set[str], secret: bool = False) -> None:
+def _collect(
+    value: Any, keys: frozenset[str], found: set[str], secret: bool = False, depth: int = 0
+) -> None:
+    if depth > MAX_NESTING:  # deeper than enqueue() accepts: a hand-written row; stop here
+        return
     if isinstance(value, dict):
         for key, item in value.items():
-            _collect(item, keys, found, secret or str(key).lower() in keys)
+            _collect(item, keys, found, secret or str(key).lower() in keys, depth + 1)
     elif isinstance(value, (list, tuple)):
         for item in value:
-            _collect(item, keys, found, secret)
+            _collect(item, keys, found, secret, depth + 1)
     elif secret and value is not None and not isinstance(value, bool):
         text = str(value)
         if len(text) >= MIN_SECRET_CHARS:

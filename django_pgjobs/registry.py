@@ -21,12 +21,14 @@ from django.utils.module_loading import autodiscover_modules
 from .backoff import RetryPolicy
 from .limits import (
     MAX_ATTEMPTS_MAX,
+    MAX_SECONDS,
     NAME_MAX,
     PRIORITY_MAX,
     PRIORITY_MIN,
     QUEUE_NAME_MAX,
     UNIQUE_KEY_MAX,
 )
+from .payload import Undecodable
 
 logger = logging.getLogger("django_pgjobs")
 
@@ -78,16 +80,25 @@ def check_max_attempts(max_attempts: Any) -> int:
 
 
 def check_positive_seconds(option: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{option} must be a number of seconds greater than 0, not {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not 0 < value <= MAX_SECONDS
+    ):
+        raise ValueError(
+            f"{option} must be a number of seconds greater than 0 and at most {MAX_SECONDS:,} "
+            f"(10 years), not {value!r}"
+        )
     return float(value)
 
 
 def check_delay(delay: Any) -> float:
     if isinstance(delay, bool) or not isinstance(delay, (int, float)):
         raise ValueError(f"delay must be a number of seconds, not {type(delay).__name__}")
-    if delay < 0 or delay != delay or delay == float("inf"):
-        raise ValueError(f"delay must be a finite number of seconds >= 0, not {delay!r}")
+    if not 0 <= delay <= MAX_SECONDS:  # also refuses NaN
+        raise ValueError(
+            f"delay must be a number of seconds from 0 to {MAX_SECONDS:,} (10 years), not {delay!r}"
+        )
     return float(delay)
 
 
@@ -230,6 +241,9 @@ class JobDefinition:
 
     def check_arguments(self, args: Any, kwargs: Any) -> None:
         """Raise ``TypeError`` when ``args``/``kwargs`` cannot be passed to the function."""
+        for value in (args, kwargs):
+            if isinstance(value, Undecodable):
+                raise TypeError(value.reason)
         if not isinstance(args, list):
             raise TypeError(f"args must be a JSON array, not {type(args).__name__}")
         if not isinstance(kwargs, dict):

@@ -150,9 +150,10 @@ def test_enqueue_many_rejects_calls_of_the_wrong_shape():
         ({"max_attempts": -3}, "max_attempts must be between 1 and 1000"),
         ({"max_attempts": 1001}, "max_attempts must be between 1 and 1000"),
         ({"max_attempts": "5"}, "max_attempts must be an int"),
-        ({"delay": -1}, "delay must be a finite number of seconds >= 0"),
-        ({"delay": float("nan")}, "delay must be a finite number"),
-        ({"delay": float("inf")}, "delay must be a finite number"),
+        ({"delay": -1}, "delay must be a number of seconds from 0 to 315,360,000"),
+        ({"delay": float("nan")}, "delay must be a number of seconds from 0"),
+        ({"delay": float("inf")}, "delay must be a number of seconds from 0"),
+        ({"delay": 1e300}, "delay must be a number of seconds from 0 to 315,360,000"),
         ({"delay": "60"}, "delay must be a number of seconds"),
         ({"run_after": dt.datetime(2030, 1, 1)}, "run_after must be timezone-aware"),
         ({"run_after": "2030-01-01T00:00:00Z"}, "run_after must be a datetime"),
@@ -212,6 +213,29 @@ def test_forged_rows_naming_an_unregistered_callable_are_dead_lettered_never_run
     assert "unknown job 'os.system': no function is registered" in dead[0].reason
     assert worker.stats.succeeded == 1
     assert Execution.objects.filter(label="not a job").count() == 0
+
+
+def test_a_row_nested_deeper_than_python_can_decode_is_dead_lettered():
+    """jsonb stores nesting far deeper than json.loads can read back (RecursionError). Such a row
+    (written around enqueue(), which caps nesting at 100) is dead-lettered; the worker that
+    claimed it, and the rest of its batch, carry on."""
+    depth = 5000
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, "
+            "attempts, max_attempts, created_at, worker, errors) VALUES (%s, 'default', 0, "
+            "%s::jsonb, '{}', 'ready', now(), 0, 5, now(), '', '[]')",
+            [demo.record.name, "[" * depth + "]" * depth],
+        )
+    demo.record.enqueue("fine")
+    worker = run_worker()
+    dead = DeadLetter.objects.defer("args").get()
+    assert dead.error_type == "BadArguments"
+    assert (
+        dead.reason == f"arguments do not fit {demo.record.name}: args nests deeper than "
+        "Python can decode"
+    )
+    assert worker.stats.succeeded == 1 and Execution.objects.get().label == "fine"
 
 
 @pytest.mark.parametrize(
