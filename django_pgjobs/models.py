@@ -75,7 +75,7 @@ class Job(models.Model):
         ordering = ["-priority", "run_after", "id"]
         indexes = [
             # Serves the claim: ready rows in claim order. Partial, so history and running rows
-            # never slow it down. Proven by tests/test_claim.py::test_claim_uses_partial_index.
+            # never slow it down. Proven by tests/test_operations.py (EXPLAIN of the claim, generic plan included).
             models.Index(
                 F("priority").desc(),
                 "run_after",

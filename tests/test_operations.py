@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import uuid
 
@@ -75,6 +76,53 @@ def test_claim_uses_partial_index():
         cursor.execute("EXPLAIN " + query("claim_jobs"), params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
         assert "pgjobs_job_claim_idx" in plan, plan
+
+
+@pytest.mark.parametrize("name", ["claim_jobs", "complete_and_claim_jobs"])
+def test_prepared_claim_keeps_the_partial_index_in_its_generic_plan(name, other_connection):
+    """The worker runs the claim as a server-side prepared statement. After five executions
+    PostgreSQL may switch it to a generic plan, planned without the parameter values: that plan
+    must walk the partial index too (forced here with plan_cache_mode)."""
+    other_connection.execute(
+        """
+        INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after,
+                                attempts, max_attempts, created_at, finished_at, worker, errors)
+        SELECT 'x.y', 'default', 0, '[]', '{}',
+               CASE WHEN i % 250 = 0 THEN 'ready' ELSE 'successful' END, now(), 0, 5, now(),
+               CASE WHEN i % 250 = 0 THEN NULL ELSE now() END, '', '[]'
+        FROM generate_series(1, 50000) AS i
+        """
+    )
+    other_connection.execute("ANALYZE pgjobs_job")
+    names: list[str] = []
+
+    def placeholder(match: re.Match) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    text = re.sub(r"%\((\w+)\)s", placeholder, query(name))
+    values = {
+        "ids": [],
+        "tokens": [],
+        "retain": False,
+        "limit": 10,
+        "worker": "w",
+        "all_queues": False,
+        "queues": ["default", "other"],
+        "lease_seconds": 30.0,
+        "token": uuid.uuid4(),
+    }
+    other_connection.execute("SET plan_cache_mode = force_generic_plan")
+    other_connection.execute(f"PREPARE generic_claim AS {text}")
+    explain = psycopg.ClientCursor(other_connection)
+    explain.execute(
+        "EXPLAIN EXECUTE generic_claim(" + ", ".join(["%s"] * len(names)) + ")",
+        [values[n] for n in names],
+    )
+    plan = "\n".join(row[0] for row in explain.fetchall())
+    other_connection.execute("DEALLOCATE generic_claim")
+    assert "pgjobs_job_claim_idx" in plan, plan
 
 
 def test_concurrent_claims_skip_each_others_rows_without_blocking():
