@@ -308,8 +308,26 @@ def unregister_worker(connection: Connection, worker_id: str) -> None:
 
 
 def requeue_dead_letters(connection: Connection, ids: Sequence[int]) -> list[int]:
-    """Move dead letters back as fresh jobs in one statement; returns the new job ids."""
-    return db.ids_of(db.execute(connection, "requeue_dead_letters", {"ids": list(ids)}))
+    """Move dead letters back as fresh jobs in one statement; returns the new job ids.
+
+    A dead letter whose unique key is held by a ready or running job stays, and of several
+    selected dead letters sharing a key only the newest is requeued. When a concurrent enqueue
+    or requeue inserts the same key between the statement's check and its insert, the statement
+    fails as a whole (nothing moved) inside a savepoint and runs once more: the second run sees
+    the committed job and leaves that dead letter where it is.
+    """
+    from django.db import IntegrityError, transaction
+
+    params = {"ids": list(ids), "notify": get_config().LISTEN_NOTIFY}
+    try:
+        with transaction.atomic(using=connection.alias):
+            return db.ids_of(db.execute(connection, "requeue_dead_letters", params))
+    except IntegrityError as error:
+        diag = getattr(error.__cause__, "diag", None)
+        if getattr(diag, "constraint_name", None) != "pgjobs_job_unique_key_in_flight":
+            raise
+    with transaction.atomic(using=connection.alias):
+        return db.ids_of(db.execute(connection, "requeue_dead_letters", params))
 
 
 def delete_dead_letters(connection: Connection, ids: Sequence[int]) -> list[int]:
@@ -317,8 +335,10 @@ def delete_dead_letters(connection: Connection, ids: Sequence[int]) -> list[int]
 
 
 def run_jobs_now(connection: Connection, ids: Sequence[int]) -> list[int]:
-    """Make waiting jobs due now; running jobs are left alone."""
-    return db.ids_of(db.execute(connection, "run_jobs_now", {"ids": list(ids)}))
+    """Make waiting jobs due now and wake the workers of their queues; running jobs are left
+    alone."""
+    params = {"ids": list(ids), "notify": get_config().LISTEN_NOTIFY}
+    return db.ids_of(db.execute(connection, "run_jobs_now", params))
 
 
 def cancel_jobs(connection: Connection, ids: Sequence[int]) -> list[int]:

@@ -147,6 +147,38 @@ def test_requeue_leaves_a_dead_letter_whose_unique_key_is_taken(admin_client):
     assert list(DeadLetter.objects.values_list("pk", flat=True)) == [blocked.pk]
 
 
+def test_requeue_of_dead_letters_sharing_a_unique_key_makes_one_job(admin_client):
+    # The statement's own check cannot see the jobs it inserts: without one dead letter per key
+    # the second insert broke the unique index and the page answered 500.
+    older = dead_letter(unique_key="invoice:3", args=["older"], failed_at=later(hours=-2))
+    newer = dead_letter(unique_key="invoice:3", args=["newer"], failed_at=later(hours=-1))
+    free = dead_letter(args=["no key"])
+    response = bulk(admin_client, DEAD, "requeue", [older.pk, newer.pk, free.pk])
+    assert response.status_code == 302
+    assert messages_of(response) == [
+        "Requeued 2 jobs. 1 selected dead letter was left alone (already requeued or deleted by "
+        "someone else, or their unique key is held by a ready or running job, or by a newer "
+        "selected dead letter requeued instead)."
+    ]
+    assert sorted(args for (args,) in Job.objects.values_list("args", flat=True)) == [
+        "newer",
+        "no key",
+    ]
+    assert list(DeadLetter.objects.values_list("pk", flat=True)) == [older.pk]
+
+
+def test_run_now_and_requeue_wake_the_workers_of_their_queues(admin_client, other_connection):
+    scheduled = [
+        job(queue=queue, run_after=later(hours=1)) for queue in ("emails", "emails", "sms")
+    ]
+    dead = dead_letter(queue="reports")
+    other_connection.execute("LISTEN pgjobs")
+    bulk(admin_client, JOBS + "?view=scheduled", "run_now", [j.pk for j in scheduled])
+    admin_client.post(dead_act(dead.pk, "requeue"))
+    payloads = [n.payload for n in other_connection.notifies(timeout=0.5)]
+    assert sorted(payloads) == ["emails", "reports", "sms"]  # one per queue and statement
+
+
 def test_delete_dead_letters(admin_client):
     dead = [dead_letter(args=[i]) for i in range(3)]
     response = bulk(admin_client, DEAD, "delete", [d.pk for d in dead[:2]])

@@ -36,7 +36,10 @@ LIST_FIELDS = (
     "error_type",
     "failed_at",
 )
-GONE = "already requeued or deleted by someone else, or their unique key is held by a waiting job"
+GONE = (
+    "already requeued or deleted by someone else, or their unique key is held by a ready or "
+    "running job, or by a newer selected dead letter requeued instead"
+)
 
 
 class FailedWithinFilter(admin.SimpleListFilter):
@@ -176,7 +179,7 @@ class DeadLetterAdmin(JobRowAdmin):
             messages.warning(
                 request,
                 f"Dead letter #{object_id} was left alone: it was already requeued or deleted by "
-                "someone else, or its unique key is held by a waiting job.",
+                "someone else, or its unique key is held by a ready or running job.",
             )
             return HttpResponseRedirect(reverse(self.url_name("changelist")))
         if spec.name == "requeue":

@@ -292,35 +292,67 @@ DELETE FROM pgjobs_worker WHERE id = %(id)s;
 
 -- name: requeue_dead_letters
 -- Move dead letters back to pgjobs_job as fresh 'ready' jobs (attempts reset, error history
--- kept), in one statement: each dead letter disappears exactly when its job reappears.
+-- kept), in one statement: each dead letter disappears exactly when its job reappears, and
+-- workers listening on its queue are woken.
 -- Concurrent requeues of the same row: the second DELETE finds nothing, so one job results.
 -- A dead letter whose unique_key is held by a ready or running job stays where it is (requeueing
--- it would break the key's promise); callers report the ids that did not come back.
-WITH moved AS (
+-- it would break the key's promise), and so do all but the newest of the selected dead letters
+-- sharing a key: the NOT EXISTS cannot see rows this statement inserts, so `picked` keeps one per
+-- key. Callers report the ids that did not come back. A job inserted with the same key by a
+-- concurrent transaction still makes the INSERT fail on pgjobs_job_unique_key_in_flight; the
+-- whole statement then changes nothing (operations.requeue_dead_letters runs it again).
+WITH picked AS (
+    SELECT id
+    FROM (
+        SELECT d.id, d.unique_key,
+               row_number() OVER (PARTITION BY d.unique_key ORDER BY d.failed_at DESC, d.id DESC)
+                   AS newest
+        FROM pgjobs_deadletter AS d
+        WHERE d.id = ANY(%(ids)s::bigint[])
+          AND NOT EXISTS (
+              SELECT 1 FROM pgjobs_job AS j
+              WHERE j.unique_key = d.unique_key AND j.status IN ('ready', 'running')
+          )
+    ) AS candidates
+    WHERE unique_key IS NULL OR newest = 1
+),
+moved AS (
     DELETE FROM pgjobs_deadletter AS d
-    WHERE d.id = ANY(%(ids)s::bigint[])
-      AND NOT EXISTS (
-          SELECT 1 FROM pgjobs_job AS j
-          WHERE j.unique_key = d.unique_key AND j.status IN ('ready', 'running')
-      )
-    RETURNING *
+    USING picked
+    WHERE d.id = picked.id
+    RETURNING d.*
+),
+inserted AS (
+    INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
+                            max_attempts, unique_key, created_at, worker, errors)
+    SELECT name, queue, priority, args, kwargs, 'ready', now(), 0, max_attempts, unique_key,
+           now(), '', errors
+    FROM moved
+    RETURNING id, queue
+),
+woken AS (
+    SELECT pg_notify('pgjobs', queue) FROM (SELECT DISTINCT queue FROM inserted) AS queues
+    WHERE %(notify)s
 )
-INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
-                        max_attempts, unique_key, created_at, worker, errors)
-SELECT name, queue, priority, args, kwargs, 'ready', now(), 0, max_attempts, unique_key,
-       now(), '', errors
-FROM moved
-RETURNING id;
+SELECT inserted.id FROM inserted, (SELECT count(*) FROM woken) AS notified;
 
 -- name: delete_dead_letters
 -- Delete dead letters for good.
 DELETE FROM pgjobs_deadletter WHERE id = ANY(%(ids)s::bigint[]) RETURNING id;
 
 -- name: run_jobs_now
--- Make waiting jobs (scheduled or retrying) due now.
-UPDATE pgjobs_job SET run_after = now()
-WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready'
-RETURNING id;
+-- Make waiting jobs (scheduled or retrying) due now, and wake the workers listening on their
+-- queues (one notification per queue).
+WITH due AS (
+    UPDATE pgjobs_job SET run_after = now()
+    WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready'
+    RETURNING id, queue
+),
+woken AS (
+    SELECT pg_notify('pgjobs', queue) FROM (SELECT DISTINCT queue FROM due) AS queues
+    WHERE %(notify)s
+)
+SELECT due.id FROM due, (SELECT count(*) FROM woken) AS notified;
 
 -- name: cancel_jobs
 -- Delete jobs that are still waiting (never a running one: its worker owns it).
