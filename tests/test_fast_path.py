@@ -14,7 +14,7 @@ from collections import Counter as Tally
 
 import pytest
 from django.db import DatabaseError, connection, connections, transaction
-from helpers import run_worker, wait_until
+from helpers import WorkerProcess, count, run_worker, wait_until
 
 from django_pgjobs import db, operations
 from django_pgjobs.models import DeadLetter, Job
@@ -22,6 +22,9 @@ from testproject.demo import jobs as demo
 from testproject.demo.models import Counter, Execution
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+# The backends of one process, told apart by the application_name it connects with.
+BACKENDS = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
 
 FAST_LEASES = {
     "PGJOBS_LEASE_SECONDS": "2",
@@ -233,16 +236,63 @@ def test_sigkilled_worker_with_unsent_acknowledgements_loses_nothing(
     assert not DeadLetter.objects.exists()
 
 
-def test_sigkill_mid_drain_with_big_batches_loses_nothing(start_worker):
+def victims_claims(conn, worker: WorkerProcess) -> set[tuple[int, int]]:
+    """The claims (job id, attempt) a worker holds: claimed and not acknowledged."""
+    return set(
+        conn.execute(
+            "SELECT id, attempts FROM pgjobs_job WHERE status = 'running' AND worker LIKE %s",
+            (f"%:{worker.pid}:%",),
+        ).fetchall()
+    )
+
+
+def statements_under_way(conn, app_name: str) -> int:
+    """Statements of one process's backends that may still commit: running, not waiting for a
+    lock nor for the (stopped) client to read their result."""
+    return count(
+        conn,
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND state = 'active' "
+        "AND wait_event_type IS DISTINCT FROM 'Lock' AND wait_event_type IS DISTINCT FROM 'Client'",
+        app_name,
+    )
+
+
+def test_sigkill_mid_drain_with_big_batches_loses_nothing(start_worker, other_connection):
+    """A worker with batches of 100 is SIGKILLed mid-drain while acknowledgements of finished
+    plain jobs are pending: exactly those jobs run again (at least once), atomic jobs run
+    exactly once, nothing is lost."""
     labels = [f"drain-{i}" for i in range(1200)]
     half = len(labels) // 2
-    demo.record.enqueue_many([((label,), {"sleep": 0.002}) for label in labels[:half]])
+    plain = demo.record.enqueue_many([((label,), {"sleep": 0.002}) for label in labels[:half]])
+    plain_ids = {job.pk for job in plain}
     demo.record_atomic.enqueue_many([((label,), {"sleep": 0.002}) for label in labels[half:]])
     options = ("--concurrency", "8", "--batch-size", "100", "--prefetch", "100")
-    victim = start_worker(*options, env=FAST_LEASES)
+    victim = start_worker(*options, env={**FAST_LEASES, "PGAPPNAME": "pgjobs-victim"})
     other = start_worker(*options, env=FAST_LEASES)
     wait_until(lambda: Execution.objects.count() > 300, timeout=60)
+    # Stop the victim at a moment it holds finished jobs whose acknowledgement it has not sent:
+    # stopped (SIGSTOP) and its statements under way finished, what the table says it holds is
+    # what it holds when it dies, and a held job that has its Execution row ran unacknowledged.
+    for _ in range(50):
+        victim.signal(signal.SIGSTOP)
+        wait_until(lambda: not statements_under_way(other_connection, "pgjobs-victim"), 10, 0.01)
+        held = victims_claims(other_connection, victim)
+        ran = set(
+            Execution.objects.filter(job_id__in=[job_id for job_id, _ in held]).values_list(
+                "job_id", "attempt"
+            )
+        )
+        pending = held & ran
+        if pending:
+            break
+        victim.signal(signal.SIGCONT)
+        time.sleep(0.02)
+    assert pending, "the victim never had an acknowledgement pending"
+    assert count(other_connection, BACKENDS, "pgjobs-victim"), "PGAPPNAME not in effect"
+    assert {job_id for job_id, _ in pending} <= plain_ids  # atomic jobs acknowledge themselves
     victim.kill()
+    wait_until(lambda: not count(other_connection, BACKENDS, "pgjobs-victim"), timeout=30)
+    held |= victims_claims(other_connection, victim)  # a statement stuck on a lock, committed
     wait_until(lambda: not Job.objects.exists(), timeout=120)
     other.signal(signal.SIGTERM)
     assert other.wait(30) == 0, other.output()
@@ -251,6 +301,20 @@ def test_sigkill_mid_drain_with_big_batches_loses_nothing(start_worker):
     assert all(tally[label] == 1 for label in labels[half:]), "an atomic job ran twice"
     assert sum(Counter.objects.values_list("value", flat=True)) == len(labels) - half
     assert not DeadLetter.objects.exists()
+    runs: dict[int, list[int]] = {}
+    for job_id, attempt in Execution.objects.filter(job_id__in=plain_ids).values_list(
+        "job_id", "attempt"
+    ):
+        runs.setdefault(job_id, []).append(attempt)
+    again = {job_id: sorted(attempts) for job_id, attempts in runs.items() if len(attempts) > 1}
+    # the pending acknowledgements were lost with the victim, which ran nothing once stopped:
+    # exactly those jobs ran again
+    assert again.keys() == {job_id for job_id, _ in pending}, (pending, again)
+    # once, and their first run was a claim of the victim's
+    assert all(
+        len(attempts) == 2 and (job_id, attempts[0]) in held for job_id, attempts in again.items()
+    ), (again, held)
+    assert len(again) <= len(held)
     connections.close_all()
 
 
