@@ -318,7 +318,7 @@ def requeue_dead_letters(connection: Connection, ids: Sequence[int]) -> list[int
     """
     from django.db import IntegrityError, transaction
 
-    params = {"ids": list(ids), "notify": get_config().LISTEN_NOTIFY}
+    params = {"ids": list(ids)}
     try:
         with transaction.atomic(using=connection.alias):
             return db.ids_of(db.execute(connection, "requeue_dead_letters", params))
@@ -337,8 +337,7 @@ def delete_dead_letters(connection: Connection, ids: Sequence[int]) -> list[int]
 def run_jobs_now(connection: Connection, ids: Sequence[int]) -> list[int]:
     """Make waiting jobs due now and wake the workers of their queues; running jobs are left
     alone."""
-    params = {"ids": list(ids), "notify": get_config().LISTEN_NOTIFY}
-    return db.ids_of(db.execute(connection, "run_jobs_now", params))
+    return db.ids_of(db.execute(connection, "run_jobs_now", {"ids": list(ids)}))
 
 
 def cancel_jobs(connection: Connection, ids: Sequence[int]) -> list[int]:

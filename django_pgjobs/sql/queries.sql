@@ -293,7 +293,7 @@ DELETE FROM pgjobs_worker WHERE id = %(id)s;
 -- name: requeue_dead_letters
 -- Move dead letters back to pgjobs_job as fresh 'ready' jobs (attempts reset, error history
 -- kept), in one statement: each dead letter disappears exactly when its job reappears, and
--- workers listening on its queue are woken.
+-- workers listening on its queue are woken (as run_jobs_now does).
 -- Concurrent requeues of the same row: the second DELETE finds nothing, so one job results.
 -- A dead letter whose unique_key is held by a ready or running job stays where it is (requeueing
 -- it would break the key's promise), and so do all but the newest of the selected dead letters
@@ -332,7 +332,6 @@ inserted AS (
 ),
 woken AS (
     SELECT pg_notify('pgjobs', queue) FROM (SELECT DISTINCT queue FROM inserted) AS queues
-    WHERE %(notify)s
 )
 SELECT inserted.id FROM inserted, (SELECT count(*) FROM woken) AS notified;
 
@@ -342,7 +341,8 @@ DELETE FROM pgjobs_deadletter WHERE id = ANY(%(ids)s::bigint[]) RETURNING id;
 
 -- name: run_jobs_now
 -- Make waiting jobs (scheduled or retrying) due now, and wake the workers listening on their
--- queues (one notification per queue).
+-- queues (one notification per queue; sent whatever LISTEN_NOTIFY says: an operator action is
+-- rare, and a notification nobody listens to costs nothing).
 WITH due AS (
     UPDATE pgjobs_job SET run_after = now()
     WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready'
@@ -350,7 +350,6 @@ WITH due AS (
 ),
 woken AS (
     SELECT pg_notify('pgjobs', queue) FROM (SELECT DISTINCT queue FROM due) AS queues
-    WHERE %(notify)s
 )
 SELECT due.id FROM due, (SELECT count(*) FROM woken) AS notified;
 
