@@ -11,7 +11,14 @@ Counting
     While pgjobs_job holds up to ``EXACT_COUNT_ROWS`` rows, every live job is counted. Above,
     counting a backlog on every page view would cost more than the page: running jobs and
     expired leases are still exact, retrying jobs exact up to ``COUNT_CAP`` per queue, due and
-    scheduled jobs become the planner's estimates (shown with "≈").
+    scheduled jobs become the planner's estimates (shown with "≈"). Dead letters are counted up
+    to ``COUNT_CAP`` per queue whatever the size of their table; those of the last hour exactly.
+
+Rates
+    Throughput is the jobs succeeded in the last ``THROUGHPUT_MINUTES`` minutes of statistics,
+    the current one included, divided by the time those minutes span so far (4 min 30 s at
+    half past the minute, not 5 min). The failure rate is failed attempts (retried or dead) over
+    all finished attempts of the last hour.
 
 Wait
     The time from a job being due (``run_after``) to its claim, measured on the worker's clock
@@ -20,7 +27,7 @@ Wait
 
 Options (module constants)
     ``FLUSH_SECONDS`` (5), ``KEEP_SECONDS`` (2 days of minutes), ``RECENT_MINUTES`` (15: the
-    window of the wait percentiles), ``PRUNE_EVERY_SECONDS`` (600).
+    window of the wait percentiles), ``THROUGHPUT_MINUTES`` (5), ``PRUNE_EVERY_SECONDS`` (600).
 """
 
 from __future__ import annotations
@@ -63,10 +70,11 @@ FLUSH_SECONDS = 5.0
 KEEP_SECONDS = 2 * 24 * 3600.0
 PRUNE_EVERY_SECONDS = 600.0
 RECENT_MINUTES = 15
+THROUGHPUT_MINUTES = 5
 #: Up to this many rows in pgjobs_job (planner estimate) the dashboard counts every live row;
 #: above it, due and scheduled jobs are estimated (see ``queue_overview``).
 EXACT_COUNT_ROWS = 200_000
-#: Retrying jobs are counted exactly up to this many per queue.
+#: Retrying jobs and dead letters are counted exactly up to this many per queue.
 COUNT_CAP = 10_000
 CHART_MINUTES = 60
 
@@ -168,13 +176,15 @@ class QueueOverview:
     estimated: bool = False  # due and scheduled are planner estimates (big table)
     retrying_capped: bool = False  # more than COUNT_CAP retrying jobs
     dead: int = 0
+    dead_capped: bool = False  # more than COUNT_CAP dead letters
     dead_last_hour: int = 0
     oldest_due: datetime | None = None
     oldest_due_seconds: float | None = None
     wait_p95: float | None = None
     wait_p99: float | None = None
     wait_samples: int = 0
-    succeeded_5m: int = 0
+    succeeded_5m: int = 0  # in the last THROUGHPUT_MINUTES minutes, the current one included
+    throughput_seconds: float = THROUGHPUT_MINUTES * 60.0  # the time those minutes span
     succeeded_60m: int = 0
     failed_60m: int = 0
     per_minute: list[tuple[int, int]] = field(default_factory=list)  # (succeeded, failed)
@@ -185,7 +195,7 @@ class QueueOverview:
 
     @property
     def throughput_per_minute(self) -> float:
-        return self.succeeded_5m / 5
+        return self.succeeded_5m * 60 / self.throughput_seconds
 
     @property
     def failure_rate(self) -> float | None:
@@ -197,9 +207,13 @@ def queue_names(connection) -> list[str]:
     return [row["name"] for row in db.execute(connection, "job_queue_names")]
 
 
-def queue_overview(connection) -> tuple[list[QueueOverview], list[tuple[datetime, int, int]]]:
+def queue_overview(
+    connection, dead_letters: bool = True, now: datetime | None = None
+) -> tuple[list[QueueOverview], list[tuple[datetime, int, int]]]:
     """One ``QueueOverview`` per known queue, and the per-minute (succeeded, failed) of all
-    queues over the last ``CHART_MINUTES`` (oldest first, empty minutes included)."""
+    queues over the last ``CHART_MINUTES`` (oldest first, empty minutes included).
+    ``dead_letters=False`` leaves the dead-letter counts at 0 (not read); ``now`` (default: the
+    current time) is the end of the statistics' windows."""
     queues: dict[str, QueueOverview] = {}
 
     def get(name: str) -> QueueOverview:
@@ -223,22 +237,28 @@ def queue_overview(connection) -> tuple[list[QueueOverview], list[tuple[datetime
         overview = get(row["queue"])
         overview.oldest_due = row["head_due"]
         overview.oldest_due_seconds = (row["measured_at"] - row["head_due"]).total_seconds()
-    for row in db.execute(connection, "dead_letters_by_queue"):
-        overview = get(row["queue"])
-        overview.dead, overview.dead_last_hour = row["dead"], row["dead_last_hour"]
+    if dead_letters:
+        params = {"queues": names, "cap": COUNT_CAP + 1}
+        for row in db.execute(connection, "dead_letters_by_queue", params):
+            overview = get(row["queue"])
+            overview.dead, overview.dead_capped = capped(row["dead"])
+            overview.dead_last_hour = row["dead_last_hour"]
 
-    now = timezone.now().replace(second=0, microsecond=0)
-    first_minute = now - timedelta(minutes=CHART_MINUTES - 1)
+    measured_at = now or timezone.now()
+    this_minute = measured_at.replace(second=0, microsecond=0)
+    first_minute = this_minute - timedelta(minutes=CHART_MINUTES - 1)
+    throughput_since = this_minute - timedelta(minutes=THROUGHPUT_MINUTES - 1)
+    throughput_seconds = (measured_at - throughput_since).total_seconds()
     chart = {first_minute + timedelta(minutes=i): [0, 0] for i in range(CHART_MINUTES)}
     waits: dict[str, list[int]] = {}
     rows = db.execute(connection, "queue_stats_since", {"since": first_minute})
     for row in rows:
         overview = get(row["queue"])
-        age_minutes = (now - row["minute"]).total_seconds() / 60
+        age_minutes = (this_minute - row["minute"]).total_seconds() / 60
         failed = row["retried"] + row["dead"]
         overview.succeeded_60m += row["succeeded"]
         overview.failed_60m += failed
-        if age_minutes < 5:
+        if age_minutes < THROUGHPUT_MINUTES:
             overview.succeeded_5m += row["succeeded"]
         if age_minutes < RECENT_MINUTES:
             merged = waits.setdefault(row["queue"], [0] * (len(WAIT_BUCKET_BOUNDS) + 1))
@@ -253,6 +273,8 @@ def queue_overview(connection) -> tuple[list[QueueOverview], list[tuple[datetime
         overview.wait_samples = sum(buckets)
         overview.wait_p95 = percentile(buckets, 0.95)
         overview.wait_p99 = percentile(buckets, 0.99)
+    for overview in queues.values():
+        overview.throughput_seconds = throughput_seconds
     ordered = [queues[name] for name in sorted(queues)]
     return ordered, [(minute, s, f) for minute, (s, f) in chart.items()]
 
@@ -269,12 +291,16 @@ def _count_big_queues(connection, overviews: list[QueueOverview]) -> None:
             by_name[row["queue"]].lease_expired = row["lease_expired"]
     for overview in overviews:
         params = {"queue": overview.name, "cap": COUNT_CAP + 1}
-        overview.retrying = db.execute(connection, "retrying_jobs_in_queue", params)[0]["retrying"]
-        overview.retrying_capped = overview.retrying > COUNT_CAP
-        overview.retrying = min(overview.retrying, COUNT_CAP)
+        retrying = db.execute(connection, "retrying_jobs_in_queue", params)[0]["retrying"]
+        overview.retrying, overview.retrying_capped = capped(retrying)
         overview.due = estimate_rows(connection, "due_jobs_in_queue", params)
         overview.scheduled = estimate_rows(connection, "scheduled_jobs_in_queue", params)
         overview.estimated = True
+
+
+def capped(count: int) -> tuple[int, bool]:
+    """A count made up to ``COUNT_CAP + 1`` as (count shown, True when there are more)."""
+    return min(count, COUNT_CAP), count > COUNT_CAP
 
 
 def estimate_rows(connection, name: str, params: dict[str, Any]) -> int:

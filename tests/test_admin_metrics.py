@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from admin_data import superuser  # noqa: F401
 from django.db import connection
+from django.urls import reverse
+from django.utils import timezone
 from helpers import drain, run_worker
 
 from django_pgjobs import metrics, operations
+from django_pgjobs.admin.display import duration
 from django_pgjobs.metrics import QueueCounts, percentile, wait_bucket
 from django_pgjobs.models import QueueStat
 from testproject.demo import jobs as demo
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def admin_client(client, superuser):  # noqa: F811
+    client.force_login(superuser)
+    return client
 
 
 def test_worker_records_successes_retries_dead_and_waits_per_queue():
@@ -66,6 +78,66 @@ def test_percentiles_interpolate_inside_buckets():
     buckets[-1] = 10  # a few waited more than an hour
     assert percentile(buckets, 0.99) == float("inf")
     assert wait_bucket(0) == 0 and wait_bucket(10_000) == len(metrics.WAIT_BUCKET_BOUNDS)
+
+
+def record_minutes(queue: str, now, rows) -> None:
+    """``rows``: (minutes before ``now``'s minute, succeeded, retried, dead, {bucket: claims})."""
+    minute = now.replace(second=0, microsecond=0)
+    for back, succeeded, retried, dead, waits in rows:
+        buckets = [0] * (len(metrics.WAIT_BUCKET_BOUNDS) + 1)
+        for index, count in waits.items():
+            buckets[index] = count
+        QueueStat.objects.create(
+            queue=queue,
+            minute=minute - timedelta(minutes=back),
+            succeeded=succeeded,
+            retried=retried,
+            dead=dead,
+            wait_buckets=buckets,
+        )
+
+
+QUARTER_SECOND = wait_bucket(0.3)  # claims that waited between 0.25 s and 0.5 s
+OVER_AN_HOUR = len(metrics.WAIT_BUCKET_BOUNDS)
+RECORDED = [
+    (0, 9, 1, 0, {QUARTER_SECOND: 100}),  # the current minute, half gone
+    (2, 18, 0, 0, {}),
+    (5, 100, 0, 0, {}),  # before the throughput window
+    (20, 0, 0, 0, {OVER_AN_HOUR: 50}),  # before the wait window
+    (30, 20, 2, 1, {}),
+    (70, 1000, 0, 1000, {}),  # before the hour
+]
+
+
+def test_throughput_divides_by_the_time_its_minutes_span():
+    now = timezone.now().replace(second=30, microsecond=0)
+    record_minutes("q", now, RECORDED)
+    (queue,), _ = metrics.queue_overview(connection, now=now)
+    assert queue.succeeded_5m == 27
+    assert queue.throughput_seconds == 4 * 60 + 30  # four whole minutes and half the current
+    assert queue.throughput_per_minute == pytest.approx(6.0)  # not 27 / 5
+
+
+def test_failure_rate_and_wait_percentiles_from_recorded_minutes():
+    now = timezone.now().replace(second=30, microsecond=0)
+    record_minutes("q", now, RECORDED)
+    (queue,), chart = metrics.queue_overview(connection, now=now)
+    assert (queue.succeeded_60m, queue.failed_60m) == (147, 4)
+    assert queue.failure_rate == pytest.approx(4 / 151)
+    assert queue.wait_samples == 100  # the last 15 minutes only
+    assert queue.wait_p95 == pytest.approx(0.25 + 0.25 * 0.95)
+    assert queue.wait_p99 == pytest.approx(0.25 + 0.25 * 0.99)
+    assert sum(s for _, s, _ in chart) == 147 and sum(f for _, _, f in chart) == 4
+
+
+def test_dashboard_shows_the_recorded_rates(admin_client):
+    # The minutes are recorded against the clock of the request; a minute may turn in between,
+    # which moves every row one minute back: the rows were placed so that changes nothing here.
+    record_minutes("q", timezone.now(), RECORDED)
+    (row,) = admin_client.get(reverse("admin:django_pgjobs_job_dashboard")).context["rows"]
+    assert row["failure_rate"] == "2.6 %"
+    assert (row["p95"], row["p99"]) == (duration(0.4875), duration(0.4975))
+    assert row["queue"].succeeded_60m == 147
 
 
 def test_dashboard_shows_a_real_worker_and_what_it_did(start_worker, client, django_user_model):

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
 from admin_data import dead_letter, error, job, seed, superuser  # noqa: F401
-from django.db import connection
+from django.contrib import admin
+from django.contrib.admin.utils import quote
+from django.db import connection, connections
+from django.test import RequestFactory
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
 from django_pgjobs import job as django_pgjobs_job
+from django_pgjobs import metrics
 from django_pgjobs.admin import base as admin_base
-from django_pgjobs.models import DeadLetter, Job
+from django_pgjobs.models import DeadLetter, Job, QueueState, Worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -23,6 +28,7 @@ DASHBOARD = reverse("admin:django_pgjobs_job_dashboard")
 SUMMARY = reverse("admin:django_pgjobs_deadletter_summary")
 XSS = "<script>alert('pwned')</script>"
 XSS_ESCAPED = "&lt;script&gt;alert(&#x27;pwned&#x27;)&lt;/script&gt;"
+PGJOBS_TABLE = re.compile(r"\bpgjobs_(job|deadletter|worker|queue|stat)\b")
 
 
 @pytest.fixture
@@ -300,3 +306,110 @@ def test_positional_arguments_are_redacted_by_parameter_name(admin_client):
     row = job(name="tests.admin.sign_in", args=["ann", "s3cr3t-pw", True])
     page = text(admin_client.get(reverse("admin:django_pgjobs_job_change", args=[row.pk])))
     assert "s3cr3t-pw" not in page and "ann" in page and "********" in page
+
+
+def test_worker_and_queue_pages_show_no_job_timeline_or_errors(admin_client, rows):
+    worker = text(
+        admin_client.get(
+            reverse("admin:django_pgjobs_worker_change", args=[quote("web-2:977:e5f6a7b8")])
+        )
+    )
+    assert "web-2" in worker and "977" in worker
+    queue = text(
+        admin_client.get(reverse("admin:django_pgjobs_queuestate_change", args=["payments"]))
+    )
+    assert "payments" in queue
+    for page in (worker, queue):
+        assert "pgjobs-timeline" not in page and "pgjobs-errors" not in page
+        assert "Timeline" not in page and "Errors (" not in page
+    job_page = text(
+        admin_client.get(reverse("admin:django_pgjobs_job_change", args=[rows["retrying"].pk]))
+    )
+    assert 'id="pgjobs-timeline"' in job_page and "Errors (2, newest first)" in job_page
+
+
+def test_paging_stops_at_the_cap(admin_client, monkeypatch):
+    monkeypatch.setattr(admin_base.CappedPaginator, "cap", 4)
+    monkeypatch.setattr(admin.site._registry[Job], "list_per_page", 2)
+    for i in range(5):
+        job(args=[i])
+    paginator = admin_base.CappedPaginator(Job.objects.order_by("id"), 2)
+    assert (paginator.count, paginator.capped, paginator.num_pages) == (4, True, 2)
+    response = admin_client.get(JOBS)
+    assert list(response.context["cl"].paginator.page_range) == [1, 2]
+    assert "more than 4 jobs" in text(response)
+    assert [j.args for j in admin_client.get(JOBS + "?p=2").context["cl"].result_list] == [[2], [1]]
+    assert admin_client.get(JOBS + "?p=3")["Location"].endswith("?e=1")  # past the cap
+
+
+def test_dashboard_counts_dead_letters_up_to_the_cap_and_the_last_hour_exactly(
+    admin_client, monkeypatch
+):
+    monkeypatch.setattr(metrics, "COUNT_CAP", 3)
+    now = timezone.now()
+    for minutes in (0, 10, 20, 30, 90):
+        dead_letter(queue="imports", failed_at=now - timedelta(minutes=minutes))
+    dead_letter(queue="exports", failed_at=now - timedelta(hours=5))
+    response = admin_client.get(DASHBOARD)
+    queues = {row["queue"].name: row["queue"] for row in response.context["rows"]}
+    imports, exports = queues["imports"], queues["exports"]
+    assert (imports.dead, imports.dead_capped, imports.dead_last_hour) == (3, True, 4)
+    assert (exports.dead, exports.dead_capped, exports.dead_last_hour) == (1, False, 0)
+    page = text(response)
+    assert ">3+</a>" in page.split('id="queue-imports"')[1].split("</tr>")[0]
+    assert ">4+</b><span>dead letters" in page  # the total: some queue has more
+
+
+@pytest.fixture
+def jobs_database(transactional_db, settings):
+    """``PGJOBS["DATABASE"]`` naming a second connection to the test database, for one test (a
+    connection made at run time, as Django's test cases allow, not an alias of DATABASES)."""
+    alias = "pgjobs_elsewhere"
+    default = connections["default"]
+    connections[alias] = type(default)(dict(default.settings_dict), alias)
+    settings.PGJOBS = {**settings.PGJOBS, "DATABASE": alias}
+    yield alias
+    connections[alias].close()
+    del connections[alias]
+
+
+def test_every_admin_query_runs_on_the_jobs_database(
+    admin_client,
+    superuser,  # noqa: F811
+    rows,
+    jobs_database,
+):
+    request = RequestFactory().get(JOBS)
+    request.user = superuser
+    for model in (Job, DeadLetter, Worker, QueueState):
+        assert admin.site._registry[model].get_queryset(request).db == jobs_database
+    job_admin = admin.site._registry[Job]
+    assert job_admin.get_object(request, str(rows["retrying"].pk))._state.db == jobs_database
+    keyed = job(unique_key="invoice:5")
+    with (
+        CaptureQueriesContext(connections[jobs_database]) as elsewhere,
+        CaptureQueriesContext(connection) as default,
+    ):
+        for url in (
+            DASHBOARD,
+            JOBS,
+            JOBS + "?view=retrying&queue=payments",
+            JOBS + "?q=invoice:5",
+            reverse("admin:django_pgjobs_job_change", args=[rows["retrying"].pk]),
+            DEAD,
+            reverse("admin:django_pgjobs_deadletter_change", args=[rows["dead"][0].pk]),
+            SUMMARY,
+            reverse("admin:django_pgjobs_worker_changelist"),
+            reverse("admin:django_pgjobs_worker_change", args=[quote("web-1:4242:a1b2c3d4")]),
+            reverse("admin:django_pgjobs_queuestate_changelist"),
+        ):
+            text(admin_client.get(url))
+        admin_client.post(reverse("admin:django_pgjobs_job_act", args=[keyed.pk, "cancel"]))
+        admin_client.post(
+            JOBS + "?view=scheduled",
+            {"action": "run_now", "_selected_action": [rows["scheduled"].pk], "index": 0},
+        )
+    assert not [q["sql"] for q in default.captured_queries if PGJOBS_TABLE.search(q["sql"])]
+    assert any("pgjobs_worker" in q["sql"] for q in elsewhere.captured_queries)
+    assert not Job.objects.filter(pk=keyed.pk).exists()
+    assert Job.objects.get(pk=rows["scheduled"].pk).view == "due"

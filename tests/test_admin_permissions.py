@@ -18,7 +18,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from django_pgjobs.models import DeadLetter, Job, QueueState
+from django_pgjobs.models import DeadLetter, Job, QueueState, Worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -203,3 +203,23 @@ def test_pause_needs_change_queuestate():
         == 302
     )
     assert QueueState.objects.get(name="emails").paused
+
+
+def test_dashboard_shows_dead_letters_and_workers_only_to_who_may_see_them(world, viewer):  # noqa: F811
+    Worker.objects.create(id="web-9:31:x", hostname="web-9", pid=31, queues=[], concurrency=1)
+    dead_list = reverse("admin:django_pgjobs_deadletter_changelist")
+    hidden = (
+        dead_list,
+        reverse("admin:django_pgjobs_deadletter_summary"),
+        reverse("admin:django_pgjobs_worker_changelist"),
+        'id="pgjobs-workers"',
+        "web-9",
+        ">dead<",
+        "dead letters</span>",
+    )
+    jobs_only = client_for(make_user("jobs-only", perms=("view_job",)))
+    page = jobs_only.get(reverse("admin:django_pgjobs_job_dashboard")).content.decode()
+    assert 'id="queue-default"' in page
+    assert [text for text in hidden if text in page] == []
+    page = client_for(viewer).get(reverse("admin:django_pgjobs_job_dashboard")).content.decode()
+    assert [text for text in hidden if text not in page] == []

@@ -23,6 +23,7 @@ from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from .. import db, metrics
+from ..conf import get_config
 from . import display
 
 #: Pages count at most this many matching rows; beyond it they say "10,000+" and stop paging.
@@ -39,12 +40,17 @@ class CappedPaginator(Paginator):
     cap = COUNT_CAP
 
     @cached_property
-    def count(self) -> int:
+    def rows_to_cap(self) -> int:
+        """Matching rows, counted up to ``cap + 1`` (one past the cap tells "more")."""
         return self.object_list[: self.cap + 1].count()
+
+    @cached_property
+    def count(self) -> int:
+        return min(self.rows_to_cap, self.cap)
 
     @property
     def capped(self) -> bool:
-        return self.count > self.cap
+        return self.rows_to_cap > self.cap
 
 
 class ValueFilter(admin.SimpleListFilter):
@@ -78,8 +84,7 @@ class CappedChangeList(ChangeList):
 
     def get_results(self, request):
         super().get_results(request)
-        self.count_capped = self.result_count > COUNT_CAP
-        self.result_count = min(self.result_count, COUNT_CAP)
+        self.count_capped = self.paginator.capped
         self.multi_page = self.result_count > self.list_per_page
         self.can_show_all = self.result_count <= self.list_max_show_all and not self.count_capped
 
@@ -154,8 +159,20 @@ class OperatorAdmin(admin.ModelAdmin):
         name = f"{self.opts.app_label}_{self.opts.model_name}_{suffix}"
         return path(pattern, self.admin_site.admin_view(view), name=name)
 
+    def get_queryset(self, request):
+        return super().get_queryset(request).using(self.database())
+
+    def rows(self, model=None):
+        """All rows of ``model`` (default: this admin's), on the jobs database."""
+        return (model or self.model)._default_manager.using(self.database())
+
+    def database(self) -> str:
+        """Alias of the database holding the jobs tables (``PGJOBS["DATABASE"]``): every query
+        of the admin runs there, the ORM's as well as the named statements'."""
+        return get_config().DATABASE
+
     def connection(self):
-        return db.jobs_connection()
+        return db.jobs_connection(self.database())
 
     def page_context(self, request: HttpRequest, title: str, **extra) -> dict:
         """Context of a custom page: the admin's ``each_context`` plus the model's options."""
@@ -196,7 +213,7 @@ class JobRowAdmin(OperatorAdmin):
     row_actions: dict = {}
     dead_letters = False  # rows of pgjobs_deadletter (their timeline ends with the death)
 
-    change_form_template = "admin/django_pgjobs/change_form.html"
+    change_form_template = "admin/django_pgjobs/job_change_form.html"
     change_list_template = "admin/django_pgjobs/change_list.html"
 
     @admin.display(description="args")

@@ -1,7 +1,8 @@
 """The dashboard: one row per queue answering "is it keeping up?", the workers, a chart.
 
 Every number comes from ``django_pgjobs.metrics`` (named statements): live jobs per queue and
-view, dead letters, the per-minute statistics workers record, and the worker registry.
+view, dead letters, the per-minute statistics workers record, and the worker registry. The page
+needs ``view_job``; dead letters are shown only to users who may view them, and so are workers.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from django.utils import timezone
 
 from .. import metrics
 from ..conf import get_config
-from ..models import QueueState, Worker
+from ..models import DeadLetter, QueueState, Worker
 from . import display
 from .base import require_view
 
@@ -44,12 +45,20 @@ def chart_bars(points, width: int = CHART_WIDTH, height: int = CHART_HEIGHT) -> 
 
 def dashboard_view(model_admin, request):
     require_view(model_admin, request)
+    registered = model_admin.admin_site._registry
+
+    def may(permission: str, model) -> bool:
+        other = registered.get(model)
+        return bool(other and getattr(other, f"has_{permission}_permission")(request))
+
+    show_dead = may("view", DeadLetter)
+    show_workers = may("view", Worker)
     connection = model_admin.connection()
-    queues, points = metrics.queue_overview(connection)
     now = timezone.now()
+    queues, points = metrics.queue_overview(connection, dead_letters=show_dead, now=now)
     heartbeat = get_config().HEARTBEAT_SECONDS
     workers = []
-    for worker in Worker.objects.all():
+    for worker in model_admin.rows(Worker) if show_workers else ():
         silent = (now - worker.last_seen_at).total_seconds()
         workers.append(
             {
@@ -86,7 +95,6 @@ def dashboard_view(model_admin, request):
                 ],
             }
         )
-    queue_admin = model_admin.admin_site._registry.get(QueueState)
     totals = {
         key: sum(getattr(q, key) for q in queues)
         for key in ("due", "scheduled", "retrying", "running", "lease_expired", "dead")
@@ -97,13 +105,17 @@ def dashboard_view(model_admin, request):
         rows=rows,
         totals=totals,
         workers=workers,
+        show_dead=show_dead,
+        show_workers=show_workers,
+        dead_capped=any(q.dead_capped for q in queues),
+        count_cap=metrics.COUNT_CAP,
         workers_alive=sum(1 for w in workers if w["alive"]),
         estimated=any(q.estimated for q in queues),
         chart=chart_bars(points),
         chart_minutes=metrics.CHART_MINUTES,
         recent_minutes=metrics.RECENT_MINUTES,
         estimates=metrics.table_row_estimates(connection),
-        can_pause=bool(queue_admin and queue_admin.has_operate_permission(request)),
+        can_pause=may("operate", QueueState),
         legend=[
             (view, display.VIEW_COLOURS[view])
             for view in ("due", "scheduled", "retrying", "running")

@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from .. import registry
-from ..models import Job, view_condition
+from ..models import view_condition
 from ..states import Status, View
 from . import display
 from .actions import JOB_ACTIONS, JOB_ACTIONS_BY_FILTER, Action
@@ -162,7 +162,7 @@ class JobAdmin(JobRowAdmin):
         # A unique key held by a ready or running job is found through its unique index; an OR
         # with the name tests would read the whole table instead.
         in_flight = Q(unique_key=term, status__in=[Status.READY, Status.RUNNING])
-        if Job.objects.filter(in_flight).exists():
+        if self.rows().filter(in_flight).exists():
             return queryset.filter(in_flight), False
         return queryset.filter(
             Q(name=term) | Q(name__endswith=f".{term}") | Q(unique_key=term)
@@ -226,7 +226,7 @@ class JobAdmin(JobRowAdmin):
 
     def act_on(self, request, object_id, spec: Action):
         """Run one action on one job (the buttons of the job page)."""
-        job = Job.objects.filter(pk=object_id).first()
+        job = self.rows().filter(pk=object_id).first()
         if job is None:
             messages.warning(request, f"Job #{object_id} no longer exists.")
             return HttpResponseRedirect(reverse(self.url_name("changelist")))
@@ -246,7 +246,8 @@ class JobAdmin(JobRowAdmin):
     def _bulk(self, request, queryset, spec: Action) -> None:
         ids, truncated = self.bulk_ids(queryset)
         eligible = list(
-            Job.objects.filter(id__in=ids)
+            self.rows()
+            .filter(id__in=ids)
             .filter(_views_q(spec.views))
             .order_by()
             .values_list("id", flat=True)

@@ -444,12 +444,15 @@ CROSS JOIN LATERAL (
 ) AS head;
 
 -- name: dead_letters_by_queue
--- Dead letters per queue: all of them and those of the last hour (index-only on queue).
-SELECT queue, count(*) AS dead,
-       count(*) FILTER (WHERE failed_at > now() - interval '1 hour') AS dead_last_hour
-FROM pgjobs_deadletter
-GROUP BY queue
-ORDER BY queue;
+-- Dead letters of each queue of `queues`: counted up to `cap`, and those of the last hour
+-- exactly. Both walk pgjobs_dl_queue_idx (queue, failed_at): the first stops after `cap` entries,
+-- the second reads the last hour only, so the cost does not grow with the dead-letter history.
+SELECT q.name AS queue,
+       (SELECT count(*) FROM (SELECT 1 FROM pgjobs_deadletter AS d
+                              WHERE d.queue = q.name LIMIT %(cap)s) AS capped) AS dead,
+       (SELECT count(*) FROM pgjobs_deadletter AS d
+        WHERE d.queue = q.name AND d.failed_at > now() - interval '1 hour') AS dead_last_hour
+FROM unnest(%(queues)s::text[]) AS q(name);
 
 -- name: dead_letter_groups
 -- Dead letters of the last 7 days grouped by error type and job name, with 1 h / 24 h / 7 d
