@@ -5,14 +5,18 @@ run, ``pg_terminate_backend`` on the workers' connections, a job running longer 
 while its worker is alive, and a worker paused (SIGSTOP) past its lease then resumed.
 
 Every scenario checks the same promises: every job either succeeded or sits in
-``pgjobs_deadletter`` (0 lost); atomic jobs' effects happen exactly once; non-atomic jobs run
-twice only when they were in flight at a kill or a disconnection, and that count is reported and
-bounded; workers that were not killed never crash.
+``pgjobs_deadletter`` (0 lost); atomic jobs' effects happen exactly once; a non-atomic job runs
+again only when the claim of its earlier run was in flight at a disruption (the suite reads the
+claims each disruption interrupted from ``pgjobs_job``), and that count is reported and bounded;
+a job is dead-lettered only when every one of its attempts was interrupted; workers that were
+not killed never crash.
 
 Size comes from the environment (defaults fit CI's budget on 2 cores)::
 
     PGJOBS_CHAOS_JOBS=10000 PGJOBS_CHAOS_KILLS=20 \
         python -m pytest -m chaos tests/test_chaos.py
+
+The kill scenario fails unless it reaches ``PGJOBS_CHAOS_KILLS`` kills before the jobs run out.
 
 ``PGJOBS_CHAOS_WORKERS`` (4), ``PGJOBS_CHAOS_CONCURRENCY`` (4), ``PGJOBS_CHAOS_JOB_SECONDS``
 (0.05, how long each job sleeps), ``PGJOBS_CHAOS_SEED`` (random, printed) and
@@ -29,6 +33,7 @@ import random
 import signal
 import time
 from collections import Counter as Tally
+from collections import defaultdict
 
 import psycopg
 import pytest
@@ -82,13 +87,15 @@ class Figures:
     workers: int = WORKERS
     concurrency: int = CONCURRENCY
     kills: int = 0
-    in_flight_at_kills: int = 0  # jobs the victims held (claimed, not acknowledged) just before
+    # claims interrupted by the disruptions: the victim's (a kill) or everyone's (a restart, a
+    # termination) jobs claimed and not yet acknowledged, running or finished
+    in_flight: int = 0
     restarts: int = 0
     pg_restarts: int = 0
     terminated: int = 0
     disruptions: int = 0  # events that could interrupt jobs in flight (kills, restarts, ...)
     lost: int = 0
-    duplicated: int = 0
+    duplicated: int = 0  # extra runs of non-atomic jobs, each of a claim that was in flight
     duplicate_bound: int = 0
     dead_lettered: int = 0
     seconds: float = 0.0
@@ -134,6 +141,41 @@ def enqueue_chaos_jobs(prefix: str, jobs: int) -> tuple[dict[int, str], set[int]
     return by_id, atomic_ids
 
 
+# A claim is a job id and the attempt it started (what ``Execution.attempt`` records of a run).
+RUNNING_CLAIMS = "SELECT id, attempts FROM pgjobs_job WHERE status = 'running' AND worker LIKE %s"
+# What an interrupted attempt can end with: its lease expired (its worker died or lost the
+# database), or, where the workers' connections are cut, a connection error in the job itself.
+LEASE_EXPIRED = "LeaseExpired"
+CONNECTION_ERRORS = {"django.db.utils.OperationalError", "django.db.utils.InterfaceError"}
+# One worker's backends (told apart by application_name), and those of them running a statement
+# that may still commit: not waiting for a lock, nor for their client to read a result (a
+# stopped client never will).
+BACKENDS = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+STATEMENTS_UNDER_WAY = (
+    BACKENDS + " AND state = 'active' AND wait_event_type IS DISTINCT FROM 'Lock' "
+    "AND wait_event_type IS DISTINCT FROM 'Client'"
+)
+
+
+def running_claims(conn: psycopg.Connection, worker_like: str = "%") -> set[tuple[int, int]]:
+    """The claims (job id, attempt) held by the workers whose id matches ``worker_like``: jobs
+    claimed and not acknowledged, whether waiting, running or finished."""
+    return set(conn.execute(RUNNING_CLAIMS, (worker_like,)).fetchall())
+
+
+def _poll(predicate, timeout: float, interval: float = 0.01) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval)
+    return True
+
+
+def _count(conn: psycopg.Connection, sql: str, *params) -> int:
+    return conn.execute(sql, params).fetchone()[0]
+
+
 class ChaosRun:
     """One scenario's run: the jobs, the workers, the figures, and the checks at the end."""
 
@@ -142,30 +184,50 @@ class ChaosRun:
         self.by_id, self.atomic_ids = enqueue_chaos_jobs(scenario, JOBS)
         self.figures.atomic = len(self.atomic_ids)
         self._start_worker = start_worker
+        self.started_workers = 0
+        self.in_flight: set[tuple[int, int]] = set()  # claims interrupted by a disruption
         self.started = time.monotonic()
         self.workers = [self.start_worker() for _ in range(WORKERS)]
         self.killed: list = []
 
     def start_worker(self):
-        return self._start_worker(
+        # its own application_name, so that the suite can tell its backends apart
+        self.started_workers += 1
+        app_name = f"pgjobs-chaos-{self.started_workers}"
+        worker = self._start_worker(
             "--concurrency",
             str(CONCURRENCY),
             "--prefetch",
             str(PREFETCH),
             "--batch-size",
             str(CONCURRENCY + PREFETCH),
-            env=CHAOS_ENV,
+            env={**CHAOS_ENV, "PGAPPNAME": app_name},
         )
+        worker.app_name = app_name
+        return worker
 
     def jobs_held(self) -> Tally:
         """Running jobs per worker pid (worker ids are ``host:pid:suffix``)."""
         workers = Job.objects.filter(status="running").values_list("worker", flat=True)
         return Tally(int(worker.rsplit(":", 2)[1]) for worker in workers)
 
-    def kill_and_restart(self, index: int, held: int) -> None:
+    def kill_and_restart(self, index: int, admin: psycopg.Connection) -> None:
+        """SIGKILL one worker and start another; the victim's claims join ``in_flight``.
+
+        The victim is stopped (SIGSTOP) first and the statements it had sent are let finish, so
+        that the claims the table shows are the ones it held when it died. A statement stuck on a
+        lock may still commit after the kill: the claims are read again once the victim's
+        backends are gone (a fresh claim's lease outlasts that by seconds)."""
         victim = self.workers[index]
-        self.figures.in_flight_at_kills += held
+        victims_claims = f"%:{victim.pid}:%"
+        victim.signal(signal.SIGSTOP)
+        _poll(lambda: not _count(admin, STATEMENTS_UNDER_WAY, victim.app_name), timeout=5)
+        claims = running_claims(admin, victims_claims)
+        if claims:  # then it is connected: its backends must be found by their name
+            assert _count(admin, BACKENDS, victim.app_name), "PGAPPNAME not in effect"
         victim.kill()
+        _poll(lambda: not _count(admin, BACKENDS, victim.app_name), timeout=10)
+        self.in_flight |= claims | running_claims(admin, victims_claims)
         self.killed.append(victim)
         self.figures.kills += 1
         self.workers[index] = self.start_worker()
@@ -184,7 +246,7 @@ class ChaosRun:
             check_log_has_no_crash(victim.output())
         if expect_reconnects:
             assert any("database unavailable" in output for output in outputs)
-        account(self.figures, self.by_id, self.atomic_ids)
+        account(self, cut_connections=expect_reconnects)
         self.figures.publish(capsys)
 
 
@@ -203,10 +265,23 @@ def check_log_has_no_crash(output: str) -> None:
     assert "Exception in thread" not in output, output
 
 
-def account(figures: Figures, by_id: dict[int, str], atomic_ids: set[int]) -> None:
-    """Fill lost/duplicated/dead-lettered and assert the promises of every scenario."""
-    executed = Tally(Execution.objects.values_list("job_id", flat=True))
-    dead = dict(DeadLetter.objects.values_list("job_id", "reason"))
+def account(run: ChaosRun, *, cut_connections: bool) -> None:
+    """Fill lost/duplicated/dead-lettered and assert the promises of every scenario.
+
+    ``cut_connections``: the scenario cut the workers' connections (a restart, terminations),
+    so an attempt may also fail on a connection error, even one claimed after the cut (an
+    executor's connection is found dead at its next use)."""
+    figures, by_id, atomic_ids, in_flight = run.figures, run.by_id, run.atomic_ids, run.in_flight
+    runs: dict[int, list[int]] = defaultdict(list)  # job id -> the attempts it ran
+    for job_id, attempt in Execution.objects.values_list("job_id", "attempt"):
+        runs[job_id].append(attempt)
+    executed = Tally({job_id: len(attempts) for job_id, attempts in runs.items()})
+    dead = {
+        letter["job_id"]: letter
+        for letter in DeadLetter.objects.filter(job_id__in=list(by_id)).values(
+            "job_id", "reason", "error_type", "attempts", "max_attempts", "errors"
+        )
+    }
     remaining = set(Job.objects.values_list("id", flat=True))
     lost = sorted(
         job_id
@@ -214,7 +289,8 @@ def account(figures: Figures, by_id: dict[int, str], atomic_ids: set[int]) -> No
         if job_id in remaining or (job_id not in dead and executed[job_id] == 0)
     )
     figures.lost = len(lost)
-    figures.dead_lettered = len(dead.keys() & by_id.keys())
+    figures.in_flight = len(in_flight)
+    figures.dead_lettered = len(dead)
     figures.duplicated = sum(
         executed[job_id] - 1
         for job_id in by_id
@@ -235,9 +311,39 @@ def account(figures: Figures, by_id: dict[int, str], atomic_ids: set[int]) -> No
         != ((0, 0) if job_id in dead else (1, 1))
     ]
     assert not wrong, f"atomic jobs ran other than exactly once (id, runs, counter): {wrong[:10]}"
+    # Non-atomic jobs: a claim runs at most once, and every run but the acknowledged one (the
+    # last; none for a dead letter) lost its acknowledgement: its claim was in flight at a
+    # disruption.
+    twice = [job_id for job_id, attempts in runs.items() if len(set(attempts)) < len(attempts)]
+    assert not twice, f"a claim ran twice (job ids): {twice[:10]}"
+    unacknowledged = [
+        (job_id, attempt)
+        for job_id in by_id.keys() - atomic_ids
+        for attempt in sorted(runs[job_id])[: None if job_id in dead else -1]
+    ]
+    not_in_flight = sorted(claim for claim in unacknowledged if claim not in in_flight)
+    assert not not_in_flight, (
+        "non-atomic jobs ran again though the claim of their earlier run was in flight at no "
+        f"disruption (job id, attempt): {not_in_flight[:10]}"
+    )
     assert figures.duplicated <= figures.duplicate_bound, figures
-    for job_id, reason in dead.items():
-        assert reason, f"dead letter of job {job_id} has no reason"
+    # Dead letters: with the jobs' max_attempts, only a job whose every attempt was interrupted.
+    failures = {LEASE_EXPIRED} | (CONNECTION_ERRORS if cut_connections else set())
+    for job_id, letter in dead.items():
+        assert letter["reason"], f"dead letter of job {job_id} has no reason"
+        assert letter["error_type"] in failures, letter
+        assert letter["attempts"] >= letter["max_attempts"], letter
+        ended = {entry.get("attempt"): entry.get("type") for entry in letter["errors"]}
+        uninterrupted = [
+            attempt
+            for attempt in range(1, letter["attempts"] + 1)
+            if (job_id, attempt) not in in_flight
+            and not (cut_connections and ended.get(attempt) in CONNECTION_ERRORS)
+        ]
+        assert not uninterrupted, (
+            f"job {job_id} was dead-lettered though attempts {uninterrupted} were in flight at "
+            f"no disruption: {letter}"
+        )
 
 
 def test_random_sigkills_while_workers_restart(start_worker, capsys):
@@ -245,19 +351,20 @@ def test_random_sigkills_while_workers_restart(start_worker, capsys):
     rng = random.Random(SEED)
     run = ChaosRun("random-sigkill", start_worker)
     deadline = run.started + TIMEOUT
-    while run.figures.kills < KILLS and time.monotonic() < deadline:
-        time.sleep(rng.uniform(0.3, 1.0))
-        if not Job.objects.exists():
-            break
-        # a random worker, among those holding jobs when there are any: killing one still
-        # starting up would test little
-        held = run.jobs_held()
-        busy = [i for i, worker in enumerate(run.workers) if held[worker.pid]]
-        index = rng.choice(busy) if busy else rng.randrange(WORKERS)
-        run.kill_and_restart(index, held[run.workers[index].pid])
+    with psycopg.connect(database_url_for_tests(), autocommit=True) as admin:
+        while run.figures.kills < KILLS and time.monotonic() < deadline:
+            time.sleep(rng.uniform(0.3, 1.0))
+            if not Job.objects.exists():
+                break
+            # a random worker, among those holding jobs when there are any: killing one still
+            # starting up would test little
+            held = run.jobs_held()
+            busy = [i for i, worker in enumerate(run.workers) if held[worker.pid]]
+            run.kill_and_restart(rng.choice(busy) if busy else rng.randrange(WORKERS), admin)
     run.figures.disruptions = run.figures.kills
     assert run.figures.kills >= KILLS, (
-        f"the jobs ran out after {run.figures.kills} kills; raise PGJOBS_CHAOS_JOBS"
+        f"the jobs ran out after {run.figures.kills} of the {KILLS} kills asked for; "
+        "raise PGJOBS_CHAOS_JOBS"
     )
     run.finish(capsys)
 
@@ -276,8 +383,18 @@ def test_postgresql_restart_in_the_middle(start_worker, capsys, down_seconds):
         )
     run = ChaosRun(f"postgresql-restart-{down_seconds:g}s", start_worker)
     wait_until(lambda: Execution.objects.count() >= JOBS // 3, timeout=TIMEOUT)
-    # immediate: no checkpoint, crash recovery at start, like a power cut of the server alone
-    throwaway_pg.restart("immediate", pause_seconds=down_seconds)
+    # A SHARE lock on pgjobs_job lets the claims, acknowledgements and rescues under way commit,
+    # then holds back every other one until the server is gone: the claims read under it are
+    # exactly those the restart interrupts.
+    frozen = psycopg.connect(database_url_for_tests())
+    try:
+        frozen.execute("SET lock_timeout = '30s'")
+        frozen.execute("LOCK TABLE pgjobs_job IN SHARE MODE")
+        run.in_flight |= running_claims(frozen)
+        # immediate: no checkpoint, crash recovery at start, like a power cut of the server alone
+        throwaway_pg.restart("immediate", pause_seconds=down_seconds)
+    finally:
+        frozen.close()
     connection.close()
     run.figures.pg_restarts = 1
     run.figures.disruptions = WORKERS  # every worker's jobs in flight were interrupted at once
@@ -292,11 +409,19 @@ def test_worker_connections_terminated(start_worker, capsys):
         while rounds < 5 and Job.objects.exists():
             goal = (rounds + 1) * JOBS // 8
             wait_until(lambda goal=goal: Execution.objects.count() >= goal, timeout=60)
-            terminated = admin.execute(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid() AND pid <> %s",
-                (test_backend,),
-            ).fetchone()[0]
+            # Under a SHARE lock on pgjobs_job (as for the restart), the running claims read are
+            # exactly those the terminations interrupt: each backend is waited for until it has
+            # exited, so none of their claims blocked on the lock can commit after it.
+            with admin.transaction():
+                admin.execute("SET LOCAL lock_timeout = '30s'")
+                admin.execute("LOCK TABLE pgjobs_job IN SHARE MODE")
+                run.in_flight |= running_claims(admin)
+                terminated = admin.execute(
+                    "SELECT count(pg_terminate_backend(pid, 10000)) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                    "AND pid <> %s",
+                    (test_backend,),
+                ).fetchone()[0]
             run.figures.terminated += terminated
             rounds += 1
     run.figures.disruptions = rounds * WORKERS
