@@ -1,13 +1,15 @@
 """Run the benchmark: ``python -m bench`` (or ``python bench/run.py``) from the repository root.
 
-Starts a private throwaway PostgreSQL (testproject/throwaway_pg.py) unless ``DATABASE_URL`` is
-set, switches it to durable commits (fsync, full_page_writes, synchronous_commit on: the server
-defaults), gives every system its own database on that one server, and measures each installed
-system in turn with the same jobs and the same clock. Every number is the median of
-``--repeat`` runs (3 by default). Writes ``bench/results/latest.json`` and ``latest.md``.
+Starts a private throwaway PostgreSQL (testproject/throwaway_pg.py) and switches it to durable
+commits (fsync, full_page_writes, synchronous_commit on: the server defaults); a server given by
+``DATABASE_URL`` is used as it is (its settings are recorded, never changed). Gives every system
+its own database on that one server and measures each installed system in turn with the same
+jobs and the same clock. Every number (throughput, latency percentiles, the raw-SQL limit, the
+claim cost) is the median of ``--repeat`` runs (3 by default). Writes
+``bench/results/latest.json`` and ``latest.md``.
 
-    python -m bench                  # full run (about 20 minutes on 2 cores)
-    python -m bench --quick          # smaller N, fewer history rows (a few minutes)
+    python -m bench                  # full run (see docs/benchmarks.md for how long it takes)
+    python -m bench --quick          # smaller N, 500,000 history rows instead of 5 million
     python -m bench --systems pgjobs,pgqueuer --only drain,latency
 """
 
@@ -315,24 +317,20 @@ class Bench:
 
     # -- the run --------------------------------------------------------------------------------
 
-    def steps(self, system: str) -> list[tuple[str, object, int | None]]:
+    def steps(self, system: str) -> list[tuple[str, object]]:
         spec = SYSTEMS[system]
         steps = [
-            ("enqueue_1", lambda: self.enqueue_rate(system, 1), None),
-            ("enqueue_8", lambda: self.enqueue_rate(system, 8), None),
-        ]
-        steps += [
-            ("bulk", lambda: self.bulk_rate(system), None),
-            ("drain_1", lambda: self.drain_rate(system, 1, spec["drain"]), None),
-            ("drain_2", lambda: self.drain_rate(system, 2, spec["drain"]), None),
-            ("sleepy", lambda: self.drain_rate(system, 1, spec["sleepy"], sleepy=True), None),
+            ("enqueue_1", lambda: self.enqueue_rate(system, 1)),
+            ("enqueue_8", lambda: self.enqueue_rate(system, 8)),
+            ("bulk", lambda: self.bulk_rate(system)),
+            ("drain_1", lambda: self.drain_rate(system, 1, spec["drain"])),
+            ("drain_2", lambda: self.drain_rate(system, 2, spec["drain"])),
+            ("sleepy", lambda: self.drain_rate(system, 1, spec["sleepy"], sleepy=True)),
         ]
         if spec["latency"] is not None:
-            steps.append(
-                ("latency_listen", lambda: self.latency(system, spec["latency"], False), 1)
-            )
+            steps.append(("latency_listen", lambda: self.latency(system, spec["latency"], False)))
         if spec["poll"] is not None:
-            steps.append(("latency_poll", lambda: self.latency(system, spec["poll"], True), 1))
+            steps.append(("latency_poll", lambda: self.latency(system, spec["poll"], True)))
         only = self.args.only
         return [step for step in steps if not only or any(step[0].startswith(o) for o in only)]
 
@@ -342,16 +340,13 @@ class Bench:
         plan = {system: self.steps(system) for system in systems}
         names = []
         for system in systems:
-            for name, _, _ in plan[system]:
+            for name, _ in plan[system]:
                 if name not in names:
                     names.append(name)
         for name in names:
             samples: dict[str, list] = {}
             errors: dict[str, str] = {}
-            repeat = max(
-                (r or self.repeat for n, _, r in sum(plan.values(), []) if n == name), default=1
-            )
-            for rep in range(repeat):
+            for rep in range(self.repeat):
                 for system in systems:
                     step = next((s for s in plan[system] if s[0] == name), None)
                     if step is None or system in errors:
@@ -384,7 +379,7 @@ class Bench:
                     result[name] = {"error": errors[system]}
                 elif system in samples:
                     values = samples[system]
-                    if isinstance(values[0], dict):
+                    if isinstance(values[0], dict):  # latency: each percentile's median
                         median = {k: statistics.median(v[k] for v in values) for k in values[0]}
                     else:
                         median = statistics.median(values)
@@ -410,12 +405,14 @@ class Bench:
         systems = ready
         if "pgjobs" in systems and (not self.args.only or "raw" in self.args.only):
             log("== raw SQL limit (claim + acknowledge statements alone, psycopg)")
-            self.results["raw_sql"] = sqlbench.raw_limit(self.url("pgjobs"), self.quick)
+            self.results["raw_sql"] = sqlbench.raw_limit(
+                self.url("pgjobs"), self.quick, self.repeat
+            )
             log(f"   {self.results['raw_sql']}")
         if "pgjobs" in systems and (not self.args.only or "claim" in self.args.only):
             log("== claim cost with history")
             self.results["claim_cost"] = sqlbench.claim_cost(
-                self.url("pgjobs"), self.size("history"), log
+                self.url("pgjobs"), self.size("history"), log, self.repeat
             )
             log(f"   {self.results['claim_cost']}")
         return self.results
@@ -452,20 +449,22 @@ def recreate_database(server_url: str, name: str) -> None:
         conn.execute(f'CREATE DATABASE "{name}"')
 
 
-def make_durable(server_url: str) -> dict:
-    """The throwaway server runs with fsync off for the tests; benchmark with durable commits."""
+DURABLE = ("fsync", "full_page_writes", "synchronous_commit")
+
+
+def make_durable(server_url: str) -> None:
+    """The throwaway server runs with fsync off for the tests; benchmark with durable commits.
+    Only for the server this run started: a server given by DATABASE_URL is never changed."""
     with psycopg.connect(server_url, autocommit=True) as conn:
-        for setting in ("fsync", "full_page_writes", "synchronous_commit"):
+        for setting in DURABLE:
             conn.execute(f"ALTER SYSTEM SET {setting} = on")
         conn.execute("SELECT pg_reload_conf()")
         time.sleep(0.5)
-        names = (
-            "server_version",
-            "fsync",
-            "synchronous_commit",
-            "shared_buffers",
-            "max_connections",
-        )
+
+
+def server_settings(server_url: str) -> dict:
+    names = ("server_version", *DURABLE, "shared_buffers", "max_connections")
+    with psycopg.connect(server_url, autocommit=True) as conn:
         return {n: conn.execute(f"SHOW {n}").fetchone()[0] for n in names}
 
 
@@ -501,14 +500,19 @@ def main(argv: list[str]) -> int:
     started = time.time()
     if os.environ.get("DATABASE_URL"):
         server_url = os.environ["DATABASE_URL"]
-        log(f"using DATABASE_URL {server_url}")
+        log(f"using DATABASE_URL {server_url} as it is (its settings are not changed)")
+        server = {**server_settings(server_url), "source": "DATABASE_URL, used as it is"}
+        lax = [name for name in DURABLE if server[name] != "on"]
+        if lax:
+            log(f"warning: {', '.join(lax)} off on this server: commits are not durable")
     else:
         from testproject import throwaway_pg
 
         server_url = throwaway_pg.start()
         os.environ.pop("DATABASE_URL", None)  # drivers get BENCH_DATABASE_URL only
         log(f"started a throwaway PostgreSQL: {server_url}")
-    server = make_durable(server_url)
+        make_durable(server_url)
+        server = {**server_settings(server_url), "source": "throwaway, durable commits set"}
     log(f"server: {server}")
     bench = Bench(args, server_url)
     results = bench.run()

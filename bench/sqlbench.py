@@ -2,10 +2,14 @@
 
 ``raw_limit``   jobs/s of the claim and acknowledge statements run back to back on one
                 connection: one job per claim (claim_jobs + complete_jobs, two statements per
-                job) and batches of 50 (complete_and_claim_jobs, one statement per batch).
+                job) and batches of 50 (complete_and_claim_jobs, one statement per batch); and
+                the commit wall of enqueue: a bare one-row INSERT per transaction.
 ``claim_cost``  time of one claim statement (batch of 10, acknowledgements folded in) with 10k
                 and with millions of rows of history (retained successful jobs) and scheduled
-                jobs in pgjobs_job.
+                jobs in pgjobs_job. The table is filled once per size; the timing is repeated.
+
+Both take ``repeat`` and report the median of the repetitions of each figure, with the
+repetitions under ``samples``.
 """
 
 from __future__ import annotations
@@ -38,6 +42,13 @@ SELECT 'bench.noop', 'default', 0, '[]', '{}', 'ready', now() - interval '1 seco
 FROM generate_series(1, %s)
 """
 
+# One job row, as enqueue writes it, without the RETURNING and the notification.
+INSERT_ONE = """
+INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
+                        max_attempts, created_at, worker, errors)
+VALUES ('bench.noop', 'default', 0, '[]', '{}', 'ready', now(), 0, 5, now(), '', '[]')
+"""
+
 # Half history (successful jobs kept by retention), half scheduled for tomorrow.
 INSERT_HISTORY = """
 INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
@@ -51,10 +62,12 @@ FROM generate_series(1, %s) AS i
 """
 
 
-def _claim_params(done: list, limit: int) -> dict:
+def _claim_params(done: list[int], token, limit: int) -> dict:
+    """Acknowledge ``done`` (claimed under ``token``, the one the caller chose; the statements
+    need not return it) and claim up to ``limit`` under a fresh token."""
     return {
-        "ids": [row[0] for row in done],
-        "tokens": [row[10] for row in done],
+        "ids": done,
+        "tokens": [token] * len(done),
         "retain": False,
         "limit": limit,
         "worker": "bench",
@@ -67,62 +80,85 @@ def _claim_params(done: list, limit: int) -> dict:
 
 def _drain_batched(conn, sql: str, limit: int, stop_after: int | None = None) -> tuple:
     """Claim + acknowledge in batches until nothing is left; returns (jobs, seconds, times)."""
-    done: list = []
+    done: list[int] = []
+    token = None
     jobs = 0
     times = []
     start = time.perf_counter()
     while True:
+        params = _claim_params(done, token, limit)
         t0 = time.perf_counter()
-        rows = conn.execute(sql, _claim_params(done, limit), prepare=True).fetchall()
+        rows = conn.execute(sql, params, prepare=True).fetchall()
         times.append(time.perf_counter() - t0)
-        done = [row for row in rows if row[0] is not None]
+        done, token = [row[0] for row in rows if row[0] is not None], params["token"]
         jobs += len(done)
         if not done or (stop_after and len(times) >= stop_after):
             if done:
-                conn.execute(sql, _claim_params(done, 0), prepare=True)
+                conn.execute(sql, _claim_params(done, token, 0), prepare=True)
             break
     return jobs, time.perf_counter() - start, times
 
 
-def raw_limit(url: str, quick: bool) -> dict:
-    q = queries()
-    results = {}
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("TRUNCATE pgjobs_job")
-        n = 1000 if quick else 4000
-        conn.execute(INSERT_READY, (n,))
-        conn.execute("VACUUM ANALYZE pgjobs_job")
-        start = time.perf_counter()
-        count = 0
-        while True:
-            rows = conn.execute(
-                q["claim_jobs"],
-                {
-                    "limit": 1,
-                    "worker": "bench",
-                    "all_queues": True,
-                    "queues": [],
-                    "lease_seconds": 60.0,
-                    "token": uuid.uuid4(),
-                },
-                prepare=True,
-            ).fetchall()
-            if not rows:
-                break
-            conn.execute(
-                q["complete_jobs"],
-                {"ids": [r[0] for r in rows], "tokens": [r[10] for r in rows]},
-                prepare=True,
-            )
-            count += len(rows)
-        results["batch_1_jobs_per_s"] = count / (time.perf_counter() - start)
+def medians(samples: list[dict]) -> dict:
+    """Each figure's median over the repetitions, and the repetitions themselves."""
+    return {
+        **{key: statistics.median(sample[key] for sample in samples) for key in samples[0]},
+        "samples": samples,
+    }
 
-        n = 10_000 if quick else 40_000
-        conn.execute(INSERT_READY, (n,))
-        conn.execute("VACUUM ANALYZE pgjobs_job")
-        jobs, seconds, _ = _drain_batched(conn, q["complete_and_claim_jobs"], 50)
-        results["batch_50_jobs_per_s"] = jobs / seconds
-        conn.execute("TRUNCATE pgjobs_job")
+
+def raw_limit(url: str, quick: bool, repeat: int = 1) -> dict:
+    q = queries()
+    with psycopg.connect(url, autocommit=True) as conn:
+        return medians([_raw_limit_once(conn, q, quick) for _ in range(repeat)])
+
+
+def _raw_limit_once(conn, q: dict[str, str], quick: bool) -> dict:
+    results = {}
+    conn.execute("TRUNCATE pgjobs_job")
+    n = 1000 if quick else 4000
+    conn.execute(INSERT_READY, (n,))
+    conn.execute("VACUUM ANALYZE pgjobs_job")
+    start = time.perf_counter()
+    count = 0
+    while True:
+        token = uuid.uuid4()
+        rows = conn.execute(
+            q["claim_jobs"],
+            {
+                "limit": 1,
+                "worker": "bench",
+                "all_queues": True,
+                "queues": [],
+                "lease_seconds": 60.0,
+                "token": token,
+            },
+            prepare=True,
+        ).fetchall()
+        if not rows:
+            break
+        conn.execute(
+            q["complete_jobs"],
+            {"ids": [r[0] for r in rows], "tokens": [token] * len(rows)},
+            prepare=True,
+        )
+        count += len(rows)
+    results["batch_1_jobs_per_s"] = count / (time.perf_counter() - start)
+
+    n = 10_000 if quick else 40_000
+    conn.execute(INSERT_READY, (n,))
+    conn.execute("VACUUM ANALYZE pgjobs_job")
+    jobs, seconds, _ = _drain_batched(conn, q["complete_and_claim_jobs"], 50)
+    results["batch_50_jobs_per_s"] = jobs / seconds
+
+    # The commit wall of one-job-per-transaction enqueue: a bare INSERT of one job row per
+    # transaction (autocommit, prepared), no RETURNING, no notification, no Python around it.
+    n = 500 if quick else 2000
+    start = time.perf_counter()
+    for _ in range(n):
+        conn.execute(INSERT_ONE, prepare=True)
+    results["insert_1_per_tx_per_s"] = n / (time.perf_counter() - start)
+    conn.execute("TRUNCATE pgjobs_job")
     return results
 
 
@@ -141,14 +177,16 @@ def _claim_latency(conn, sql: str) -> dict:
     }
 
 
-def claim_cost(url: str, history: int, log) -> dict:
+def claim_cost(url: str, history: int, log, repeat: int = 1) -> dict:
+    """The fill of millions of rows takes minutes: each size is filled once, then its claim
+    latency measured ``repeat`` times (each time with fresh due jobs, see ``_claim_latency``)."""
     sql = queries()["complete_and_claim_jobs"]
     results = {}
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("TRUNCATE pgjobs_job")
         conn.execute(INSERT_HISTORY, (10_000,))
-        results["rows_10k"] = _claim_latency(conn, sql)
-        log(f"   10k rows: {results['rows_10k']}")
+        results["rows_10k"] = medians([_claim_latency(conn, sql) for _ in range(repeat)])
+        log(f"   10k rows: {_without_samples(results['rows_10k'])}")
         added = 10_000
         chunk = 500_000
         started = time.time()
@@ -158,9 +196,13 @@ def claim_cost(url: str, history: int, log) -> dict:
             added += step
         conn.execute("VACUUM ANALYZE pgjobs_job")
         log(f"   loaded {added:,} rows in {time.time() - started:.0f}s")
-        results["rows_large"] = _claim_latency(conn, sql)
+        results["rows_large"] = medians([_claim_latency(conn, sql) for _ in range(repeat)])
         results["history_rows"] = added
         size = conn.execute("SELECT pg_size_pretty(pg_total_relation_size('pgjobs_job'))")
         results["table_size"] = size.fetchone()[0]
         conn.execute("TRUNCATE pgjobs_job")
     return results
+
+
+def _without_samples(figures: dict) -> dict:
+    return {key: value for key, value in figures.items() if key != "samples"}
