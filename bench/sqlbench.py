@@ -178,7 +178,7 @@ def _claim_latency(conn, sql: str) -> dict:
 
 
 def claim_cost(url: str, history: int, log, repeat: int = 1) -> dict:
-    """The fill of millions of rows takes minutes: each size is filled once, then its claim
+    """Filling millions of rows is slow: each size is filled once, then its claim
     latency measured ``repeat`` times (each time with fresh due jobs, see ``_claim_latency``)."""
     sql = queries()["complete_and_claim_jobs"]
     results = {}
