@@ -16,7 +16,6 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from .limits import MAX_SECONDS
-from .registry import check_queue
 
 
 @dataclass(frozen=True)
@@ -153,6 +152,8 @@ def validate(raw: dict[str, Any]) -> list[str]:
         problems.append(
             f"RETRY_FACTOR must be 1 or more (delays never shrink), not {merged['RETRY_FACTOR']!r}"
         )
+    from .registry import check_queue  # registry reads settings through this module
+
     try:
         check_queue(merged["DEFAULT_QUEUE"])
     except ValueError as error:

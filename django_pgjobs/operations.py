@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from datetime import timezone as dt_timezone
 from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -140,7 +141,14 @@ def claim_jobs(
             "token": token,
         },
     )
-    return [ClaimedJob(**row, lease_seconds=lease_seconds) for row in rows]
+    return [_claimed(row, token, lease_seconds) for row in rows]
+
+
+def _claimed(row: dict[str, Any], token: uuid.UUID, lease_seconds: float) -> ClaimedJob:
+    """A row of the claim statements (times as epoch seconds, no token) as a ``ClaimedJob``."""
+    row["run_after"] = datetime.fromtimestamp(row["run_after"], dt_timezone.utc)
+    row["created_at"] = datetime.fromtimestamp(row["created_at"], dt_timezone.utc)
+    return ClaimedJob(**row, claim_token=token, lease_seconds=lease_seconds)
 
 
 def _pairs(jobs: Iterable[ClaimedJob]) -> dict[str, list[Any]]:
@@ -192,7 +200,7 @@ def complete_and_claim_jobs(
         if row["id"] is None:  # the one row that carries the acknowledged ids
             completed.update(acknowledged)
         else:
-            claimed.append(ClaimedJob(**row, lease_seconds=lease_seconds))
+            claimed.append(_claimed(row, params["token"], lease_seconds))
     return completed, claimed
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from django.utils.module_loading import autodiscover_modules
 
 from .backoff import RetryPolicy
+from .conf import get_config
 from .limits import (
     MAX_ATTEMPTS_MAX,
     MAX_SECONDS,
@@ -174,26 +175,19 @@ class JobDefinition:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
 
-    # Everything below reads settings lazily: definitions are created at import time.
+    # Everything below reads settings when called (definitions are created at import time,
+    # settings may change in tests); get_config() is cached.
 
     def get_queue(self) -> str:
-        from .conf import get_config
-
         return self.queue or get_config().DEFAULT_QUEUE
 
     def get_max_attempts(self) -> int:
-        from .conf import get_config
-
         return self.max_attempts or get_config().DEFAULT_MAX_ATTEMPTS
 
     def is_atomic(self) -> bool:
-        from .conf import get_config
-
         return get_config().DEFAULT_ATOMIC if self.atomic is None else self.atomic
 
     def get_lease_seconds(self) -> float:
-        from .conf import get_config
-
         return self.lease_seconds or get_config().LEASE_SECONDS
 
     def get_retry(self) -> RetryPolicy:
@@ -248,12 +242,20 @@ class JobDefinition:
             raise TypeError(f"args must be a JSON array, not {type(args).__name__}")
         if not isinstance(kwargs, dict):
             raise TypeError(f"kwargs must be a JSON object, not {type(kwargs).__name__}")
-        self._signature.bind(*args, **kwargs)
+        # Whether arguments bind depends only on how many positional ones there are and which
+        # names: the worker checks every claimed job, so shapes that fit are remembered.
+        shape = (len(args), frozenset(kwargs))
+        if shape not in self._fitting_shapes:
+            self._signature.bind(*args, **kwargs)
+            self._fitting_shapes.add(shape)
 
     @functools.cached_property
     def _signature(self) -> inspect.Signature:
-        # computed once per definition: the worker checks every claimed job's arguments
         return inspect.signature(self.func)
+
+    @functools.cached_property
+    def _fitting_shapes(self) -> set[tuple[int, frozenset[str]]]:
+        return set()
 
 
 def job(
@@ -350,7 +352,7 @@ def autodiscover() -> None:
     """Import every installed app's ``jobs`` module and ``PGJOBS['JOB_MODULES']``."""
     from importlib import import_module
 
-    from .conf import ConfigError, get_config
+    from .conf import ConfigError
 
     autodiscover_modules("jobs")
     try:

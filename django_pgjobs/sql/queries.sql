@@ -62,6 +62,8 @@ WHERE unique_key = %(unique_key)s AND status IN ('ready', 'running');
 -- literal, so the planner drops the queue test when a worker serves every queue. A ready row
 -- whose max_attempts was lowered below its attempts gets this one last attempt (raising
 -- max_attempts to match) instead of failing the attempts check and the whole claim with it.
+-- The times come back as epoch seconds and the claim token not at all (the caller chose it):
+-- decoding two timestamptz and a uuid per row was a third of a busy worker's dispatcher time.
 WITH candidates AS (
     SELECT id
     FROM pgjobs_job
@@ -84,7 +86,8 @@ SET status = 'running',
 FROM candidates
 WHERE j.id = candidates.id
 RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempts, j.max_attempts,
-          j.run_after, j.created_at, j.claim_token;
+          extract(epoch FROM j.run_after)::float8 AS run_after,
+          extract(epoch FROM j.created_at)::float8 AS created_at;
 
 -- name: complete_jobs
 -- Delete successful jobs, fenced: only rows still running under the claim token given.
@@ -151,11 +154,12 @@ claimed AS (
     FROM candidates
     WHERE j.id = candidates.id
     RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempts, j.max_attempts,
-              j.run_after, j.created_at, j.claim_token
+              extract(epoch FROM j.run_after)::float8 AS run_after,
+              extract(epoch FROM j.created_at)::float8 AS created_at
 )
 SELECT claimed.*, NULL::bigint[] AS completed FROM claimed
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        ARRAY(SELECT id FROM deleted UNION ALL SELECT id FROM retained);
 
 -- name: retry_job
