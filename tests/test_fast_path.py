@@ -261,20 +261,29 @@ def test_sigkill_mid_drain_with_big_batches_loses_nothing(start_worker, other_co
     """A worker with batches of 100 is SIGKILLed mid-drain while acknowledgements of finished
     plain jobs are pending: exactly those jobs run again (at least once), atomic jobs run
     exactly once, nothing is lost."""
-    labels = [f"drain-{i}" for i in range(1200)]
+    labels = [f"drain-{i}" for i in range(2400)]
     half = len(labels) // 2
     plain = demo.record.enqueue_many([((label,), {"sleep": 0.002}) for label in labels[:half]])
     plain_ids = {job.pk for job in plain}
     demo.record_atomic.enqueue_many([((label,), {"sleep": 0.002}) for label in labels[half:]])
     options = ("--concurrency", "8", "--batch-size", "100", "--prefetch", "100")
-    victim = start_worker(*options, env={**FAST_LEASES, "PGAPPNAME": "pgjobs-victim"})
-    other = start_worker(*options, env=FAST_LEASES)
+    # Leases long enough that stopping and resuming the living victim below (up to a few seconds
+    # on a loaded machine) never lets the other worker rescue one of its jobs: every re-run must
+    # come from the kill.
+    leases = {**FAST_LEASES, "PGJOBS_LEASE_SECONDS": "8", "PGJOBS_HEARTBEAT_SECONDS": "1"}
+    victim = start_worker(*options, env={**leases, "PGAPPNAME": "pgjobs-victim"})
+    other = start_worker(*options, env=leases)
     wait_until(lambda: Execution.objects.count() > 300, timeout=60)
+    # the victim is working (on a loaded machine it can still be starting up here)
+    wait_until(lambda: victims_claims(other_connection, victim), timeout=60, interval=0.01)
     # Stop the victim at a moment it holds finished jobs whose acknowledgement it has not sent:
     # stopped (SIGSTOP) and its statements under way finished, what the table says it holds is
     # what it holds when it dies, and a held job that has its Execution row ran unacknowledged.
-    for _ in range(50):
+    for _ in range(150):  # until the victim is caught with one; on a loaded machine it takes more
         victim.signal(signal.SIGSTOP)
+        # a statement written to the socket just before the stop shows as idle until its backend
+        # reads it: give the backends a moment to pick up what was sent, then wait for them
+        time.sleep(0.1)
         wait_until(lambda: not statements_under_way(other_connection, "pgjobs-victim"), 10, 0.01)
         held = victims_claims(other_connection, victim)
         ran = set(
