@@ -119,6 +119,7 @@ class Bench:
         self.server_url = server_url
         self.results: dict = {"systems": {}, "raw_sql": {}, "claim_cost": {}, "notify": {}}
         self.tmp = Path(tempfile.mkdtemp(prefix="pgjobs-bench-"))
+        self._watchers: dict[str, psycopg.Connection] = {}  # see remaining()
 
     def size(self, name: str) -> int:
         full, quick = SIZES[name]
@@ -165,8 +166,12 @@ class Bench:
             client = redis.Redis.from_url("redis://127.0.0.1:6379/9")
             expected, done = client.mget("bench:expected", "bench:done")
             return int(expected or 0) - int(done or 0)
-        with psycopg.connect(self.url(system), autocommit=True) as conn:
-            return conn.execute(spec["remaining"]).fetchone()[0]
+        # One connection per system, kept: a new one every 20 ms would fork a PostgreSQL backend
+        # 50 times a second on the machine being measured.
+        conn = self._watchers.get(system)
+        if conn is None or conn.closed:
+            conn = self._watchers[system] = psycopg.connect(self.url(system), autocommit=True)
+        return conn.execute(spec["remaining"]).fetchone()[0]
 
     def reset(self, system: str) -> None:
         spec = SYSTEMS[system]
