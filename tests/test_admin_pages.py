@@ -19,6 +19,7 @@ from django_pgjobs import job as django_pgjobs_job
 from django_pgjobs import metrics
 from django_pgjobs.admin import base as admin_base
 from django_pgjobs.models import DeadLetter, Job, QueueState, Worker
+from testproject.demo import jobs as demo
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -288,6 +289,22 @@ def test_dashboard_on_a_big_table_estimates_due_and_scheduled_only(admin_client,
     assert (payments.retrying, payments.running, payments.lease_expired) == (1, 2, 1)  # exact
     emails = {row["queue"].name: row["queue"] for row in response.context["rows"]}["emails"]
     assert emails.oldest_due_seconds >= 5  # the head of the queue has waited since it was due
+
+
+def test_oldest_due_is_the_oldest_waiting_job_whatever_its_priority(admin_client):
+    """Workers claim by priority first: a low-priority job due an hour ago, starved behind a
+    high-priority one due now, is what makes the queue late."""
+    now = timezone.now()
+    demo.record.using(queue="starved", priority=-50, run_after=now - timedelta(hours=1)).enqueue(
+        "old"
+    )
+    demo.record.using(queue="starved", priority=90).enqueue("new")
+    demo.record.using(queue="starved", run_after=now + timedelta(hours=1)).enqueue("later")
+    overviews, _ = metrics.queue_overview(connection)
+    (starved,) = [q for q in overviews if q.name == "starved"]
+    assert 3590 <= starved.oldest_due_seconds <= 3700, starved.oldest_due_seconds
+    rows = {row["queue"].name: row for row in admin_client.get(DASHBOARD).context["rows"]}
+    assert rows["starved"]["oldest_due"] == "1 h"
 
 
 def test_lists_never_offer_facet_counts(admin_client, rows):

@@ -436,16 +436,30 @@ SELECT 1 FROM pgjobs_job
 WHERE queue = %(queue)s AND status = 'ready' AND attempts = 0 AND run_after > now();
 
 -- name: queue_heads
--- For each queue, the due time of the job a worker would claim next (claim order, through
--- pgjobs_job_claim_idx): how long the head of the queue has been waiting.
-SELECT q.name AS queue, head.run_after AS head_due, now() AS measured_at
+-- For each queue, when its oldest due job became due: how late the queue is. Claims go by
+-- priority first, so a low-priority job can starve behind newer high-priority ones; the job a
+-- worker would claim next is not the oldest. pgjobs_job_claim_idx leads with priority: a loose
+-- scan finds the distinct priorities of ready jobs (a handful), and within each the index is in
+-- due order, so the oldest due job of a queue at that priority is the first of that queue.
+WITH RECURSIVE priorities(priority) AS (
+    (SELECT priority FROM pgjobs_job WHERE status = 'ready' ORDER BY priority DESC LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.priority FROM pgjobs_job AS j
+            WHERE j.status = 'ready' AND j.priority < p.priority
+            ORDER BY j.priority DESC LIMIT 1)
+    FROM priorities AS p WHERE p.priority IS NOT NULL
+)
+SELECT q.name AS queue, min(head.run_after) AS head_due, now() AS measured_at
 FROM unnest(%(queues)s::text[]) AS q(name)
+CROSS JOIN priorities AS p
 CROSS JOIN LATERAL (
     SELECT run_after FROM pgjobs_job
-    WHERE status = 'ready' AND queue = q.name AND run_after <= now()
+    WHERE status = 'ready' AND queue = q.name AND priority = p.priority AND run_after <= now()
     ORDER BY priority DESC, run_after, id
     LIMIT 1
-) AS head;
+) AS head
+WHERE p.priority IS NOT NULL
+GROUP BY q.name;
 
 -- name: dead_letters_by_queue
 -- Dead letters of each queue of `queues`: counted up to `cap`, and those of the last hour
