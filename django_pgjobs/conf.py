@@ -38,9 +38,9 @@ class Config:
     POLL_INTERVAL_SECONDS: float = 1.0
     #: Wake workers with LISTEN/NOTIFY. Turn off behind PgBouncer in transaction mode.
     LISTEN_NOTIFY: bool = True
-    #: Run the worker's hot-path statements (claim, acknowledge, heartbeat) and enqueue as
-    #: server-side prepared statements. Turn off behind PgBouncer older than 1.21 in transaction
-    #: mode (1.21+ with ``max_prepared_statements`` handles them).
+    #: Run enqueue's INSERT as a server-side prepared statement. Turn off behind PgBouncer older
+    #: than 1.21 in transaction mode (1.21+ with ``max_prepared_statements`` handles them). The
+    #: worker's statements are never prepared (see ``operations``).
     PREPARED_STATEMENTS: bool = True
     #: Retry policy: delay = min(cap, base * factor ** (attempt - 1)), minus up to jitter * delay.
     RETRY_BASE_SECONDS: float = 2.0

@@ -83,8 +83,10 @@ _PREPARE_ONLY_WHEN_ASKED = 2**31 - 1
 def execute_prepared(
     connection: BaseDatabaseWrapper, name: str, params: dict[str, Any] | None = None
 ) -> list[dict[str, Any]]:
-    """``execute()`` through a server-side prepared statement: the hot path's statements are
-    parsed and planned once per connection, then only bound and run.
+    """``execute()`` through a server-side prepared statement, parsed once per connection and
+    then only bound and run. For statements whose plan cannot go stale, i.e. enqueue's INSERTs:
+    a statement that reads ``pgjobs_job`` through a choice of plans must not be prepared (see
+    ``operations``).
 
     It runs on a plain psycopg cursor of the Django connection's own psycopg connection, so it
     joins whatever transaction Django has open (``transaction.atomic`` included) and Django's

@@ -5,6 +5,14 @@ named statement of ``sql/queries.sql`` (the function shares the statement's name
 that act on a claimed job are fenced: they take the claim token and do nothing when the job is no
 longer held under that token (its lease expired and it was rescued, maybe claimed again), so a
 worker that lost its lease can never complete or fail a job someone else now holds.
+
+None of these statements is a server-side prepared statement (only enqueue's INSERT is, see
+``db.execute_prepared``). A prepared statement switches to a generic plan after five runs, made
+from the table's statistics of that moment, and keeps it until the table is analyzed again. A
+worker idling on an empty queue gets a generic claim (and acknowledgement) that scans the whole
+table, and a burst of jobs then drains through sequential scans until autovacuum comes round:
+measured at 8.3k instead of 23k jobs/s on 30,000 jobs, and far worse on a bigger backlog.
+Planned at each run, they always walk the indexes; the planning costs less than it saves.
 """
 
 from __future__ import annotations
@@ -129,7 +137,7 @@ def claim_jobs(
     """Claim up to ``limit`` due jobs of ``queues`` (all queues when None), skipping paused
     queues."""
     token = uuid.uuid4()
-    rows = db.execute_prepared(
+    rows = db.execute(
         connection,
         "claim_jobs",
         {
@@ -164,7 +172,7 @@ def complete_jobs(connection: Connection, jobs: Sequence[ClaimedJob]) -> set[int
     if not jobs:
         return set()
     name = "complete_jobs_retained" if get_config().KEEP_SUCCEEDED_SECONDS > 0 else "complete_jobs"
-    return set(db.ids_of(db.execute_prepared(connection, name, _pairs(jobs))))
+    return set(db.ids_of(db.execute(connection, name, _pairs(jobs))))
 
 
 def complete_and_claim_jobs(
@@ -192,7 +200,7 @@ def complete_and_claim_jobs(
             "token": uuid.uuid4(),
         }
     )
-    rows = db.execute_prepared(connection, "complete_and_claim_jobs", params)
+    rows = db.execute(connection, "complete_and_claim_jobs", params)
     completed: set[int] = set()
     claimed = []
     for row in rows:
@@ -207,7 +215,7 @@ def complete_and_claim_jobs(
 def retry_job(
     connection: Connection, job: ClaimedJob, error: dict[str, Any], delay_seconds: float
 ) -> bool:
-    rows = db.execute_prepared(
+    rows = db.execute(
         connection,
         "retry_job",
         {
@@ -251,7 +259,7 @@ def extend_leases(connection: Connection, jobs: Sequence[ClaimedJob]) -> set[int
         return set()
     params = _pairs(jobs)
     params["lease_seconds"] = [j.lease_seconds for j in jobs]
-    return set(db.ids_of(db.execute_prepared(connection, "extend_leases", params)))
+    return set(db.ids_of(db.execute(connection, "extend_leases", params)))
 
 
 # -- maintenance --------------------------------------------------------------------------------

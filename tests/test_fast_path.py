@@ -1,4 +1,4 @@
-"""The fast path: acknowledgements batched into the next claim, prepared statements.
+"""The fast path: acknowledgements batched into the next claim, prepared enqueue statements.
 
 Batching must not weaken the guarantees: an acknowledgement only ever deletes a job still held
 under its claim token, and a worker that dies with acknowledgements not yet sent loses nothing
@@ -155,30 +155,36 @@ def prepared_statements(conn) -> int:
         return cursor.fetchone()[0]
 
 
-def test_hot_path_statements_are_prepared_once_per_connection():
-    demo.noop.enqueue_many([() for _ in range(4)])
+def test_enqueue_is_prepared_once_per_connection_and_the_worker_statements_never():
     before = prepared_statements(connection)
     for _ in range(4):
-        claim(1)
+        demo.noop.enqueue()
     assert prepared_statements(connection) == before + 1  # one statement, prepared once
+    for _ in range(8):  # past the five runs after which a prepared statement may go generic
+        done, held = claim(1)
+        operations.extend_leases(connection, held)
+        operations.complete_jobs(connection, held)
+    # planned at every run (tests/test_operations.py shows why)
+    assert prepared_statements(connection) == before + 1
 
 
 def test_prepared_statements_can_be_turned_off(settings):
     settings.PGJOBS = {**settings.PGJOBS, "PREPARED_STATEMENTS": False}
     connection.close()
+    demo.noop.enqueue()
     demo.noop.enqueue_many([() for _ in range(2)])
-    claim(1)
-    claim(1)
     assert prepared_statements(connection) == 0
 
 
 def test_prepared_path_joins_the_callers_transaction_and_rolls_back_with_it():
-    demo.noop.enqueue_many([() for _ in range(2)])
-    _, held = claim(2)
+    before = prepared_statements(connection)
     with pytest.raises(RuntimeError), transaction.atomic():
-        assert operations.complete_jobs(connection, held) == {job.id for job in held}
+        demo.noop.enqueue()
+        demo.noop.enqueue_many([() for _ in range(2)])
+        assert prepared_statements(connection) == before + 2  # both went the prepared way
+        assert Job.objects.count() == 3
         raise RuntimeError("roll back")
-    assert Job.objects.filter(status="running").count() == 2
+    assert not Job.objects.exists()
 
 
 def test_prepared_path_raises_django_errors_and_respects_broken_transactions():
