@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
+from django.db.models.base import ModelState
 from django.utils import timezone
 
 from . import db, registry, signals
@@ -107,8 +108,17 @@ def enqueue_definition(definition: JobDefinition, args: tuple | list, kwargs: di
     notify = config.LISTEN_NOTIFY and _notify_worthwhile(connection, params)
     rows = db.execute_prepared(connection, "enqueue_job", {**params, "notify": notify})
     if rows:
+        (row,) = rows
         sent = [(list(args), dict(kwargs), params["unique_key"])]
-        (job,) = _jobs_from_inserted(rows, sent, params, connection.alias)
+        (job,) = _jobs_from_inserted(
+            [row["id"]],
+            [row["unique_key"]],
+            row["run_after"],
+            row["created_at"],
+            sent,
+            params,
+            connection.alias,
+        )
         signals.job_enqueued.send(sender=Job, job=job, created=True)
         return job
     # A job with this unique_key is already ready or running: hand back that one.
@@ -170,30 +180,48 @@ def enqueue_many(
             "notify": get_config().LISTEN_NOTIFY,
         },
     )
-    jobs = _jobs_from_inserted(rows, inputs, params, connection.alias)
-    for job in jobs:
-        signals.job_enqueued.send(sender=Job, job=job, created=True)
+    (row,) = rows
+    jobs = _jobs_from_inserted(
+        row["ids"],
+        row["unique_keys"],
+        row["run_after"],
+        row["created_at"],
+        inputs,
+        params,
+        connection.alias,
+    )
+    if signals.job_enqueued.has_listeners(Job):
+        for job in jobs:
+            signals.job_enqueued.send(sender=Job, job=job, created=True)
     return jobs
 
 
 def _jobs_from_inserted(
-    rows: list[dict[str, Any]],
+    ids: list[int],
+    unique_keys: list[str | None],
+    run_after: Any,
+    created_at: Any,
     inputs: list[tuple[list, dict, str | None]],
     params: dict[str, Any],
     alias: str,
 ) -> list[Job]:
-    """Build the saved jobs from what the statement returned (ids, times) and what was sent.
+    """Build the saved jobs from what the statement returned (ids and unique keys in input
+    order, the times all of them share) and what was sent; an input whose unique key was in
+    flight has no id.
 
-    Rows come back in input order; an input whose unique key was in flight has no row.
+    The jobs are built as Django builds unpickled instances (``__new__`` and their state, no
+    ``__init__``, so no ``pre_init``/``post_init`` signals): a bulk enqueue of no-op jobs spent
+    more time in ``Model.__init__`` than in PostgreSQL.
     """
-    fields = [f.attname for f in Job._meta.concrete_fields]
     common = {
         "name": params["name"],
         "queue": params["queue"],
         "priority": params["priority"],
         "status": "ready",
+        "run_after": run_after,
         "attempts": 0,
         "max_attempts": params["max_attempts"],
+        "created_at": created_at,
         "started_at": None,
         "finished_at": None,
         "lease_expires_at": None,
@@ -201,25 +229,22 @@ def _jobs_from_inserted(
         "worker": "",
     }
     jobs = []
-    pending = iter(rows)
-    row = next(pending, None)
+    returned = zip(ids, unique_keys, strict=True)
+    pair = next(returned, None)
     for args, kwargs, unique_key in inputs:
-        if row is None:
+        if pair is None:
             break
-        if unique_key is not None and row["unique_key"] != unique_key:
+        if unique_key is not None and pair[1] != unique_key:
             continue  # this one was not inserted: its key is in flight
-        values = {
-            **common,
-            "id": row["id"],
-            "run_after": row["run_after"],
-            "created_at": row["created_at"],
-            "unique_key": unique_key,
-            "args": args,
-            "kwargs": kwargs,
-            "errors": [],
-        }
-        jobs.append(Job.from_db(alias, fields, [values[name] for name in fields]))
-        row = next(pending, None)
-    if row is not None or len(jobs) != len(rows):
+        job = Job.__new__(Job)
+        job.__dict__.update(
+            common, id=pair[0], unique_key=unique_key, args=args, kwargs=kwargs, errors=[]
+        )
+        job._state = ModelState()
+        job._state.adding = False
+        job._state.db = alias
+        jobs.append(job)
+        pair = next(returned, None)
+    if pair is not None or len(jobs) != len(ids):
         raise RuntimeError("enqueue_jobs returned rows that match no input")
     return jobs

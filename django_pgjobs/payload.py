@@ -92,6 +92,8 @@ def _check(value: Any, path: str, depth: int = 0) -> None:
 
 def dump_arguments(args: tuple | list, kwargs: dict, max_bytes: int) -> tuple[str, str]:
     """Validate and serialise ``args``/``kwargs``; returns the two JSON texts."""
+    if not args and not kwargs:  # many jobs take no arguments: nothing to check or encode
+        return "[]", "{}"
     _check(list(args), "args")
     _check(kwargs, "kwargs")
     args_json = json.dumps(list(args), ensure_ascii=False, allow_nan=False, separators=(",", ":"))

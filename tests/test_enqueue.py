@@ -11,7 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 from helpers import count
 
-from django_pgjobs import enqueue, enqueue_many
+from django_pgjobs import enqueue, enqueue_many, job
 from django_pgjobs.models import Job
 from testproject.demo.jobs import noop, record, send_welcome_email
 from testproject.demo.models import Signup
@@ -81,6 +81,25 @@ def test_enqueue_many_is_one_statement(django_assert_num_queries):
     assert [j.args for j in jobs] == [["a"], ["b"], ["c"]]
     assert jobs[1].kwargs == {"sleep": 0.1}
     assert Job.objects.count() == 3
+
+
+@job(name="tests.keyed", unique_key=lambda label: f"keyed:{label}")
+def keyed(label: str) -> None: ...
+
+
+def test_enqueue_many_returns_the_saved_jobs_and_skips_keys_in_flight():
+    held = keyed.enqueue("b")
+    jobs = keyed.enqueue_many([("a",), ("b",), ("c",)])  # "b" is in flight: skipped
+    assert [j.args for j in jobs] == [["a"], ["c"]]
+    fields = [f.attname for f in Job._meta.concrete_fields]
+    for returned in jobs:
+        stored = Job.objects.get(pk=returned.pk)
+        assert [getattr(returned, f) for f in fields] == [getattr(stored, f) for f in fields]
+        assert returned == stored and not returned._state.adding
+        assert returned._state.db == "default"
+    returned.refresh_from_db()  # a saved instance like any other
+    assert Job.objects.filter(unique_key="keyed:b").get() == held
+    assert keyed.enqueue_many([("a",), ("c",)]) == []  # all in flight
 
 
 def test_enqueue_many_validates_everything_first():

@@ -26,8 +26,10 @@ FROM inserted;
 -- name: enqueue_jobs
 -- Insert many jobs of one kind in one statement: the per-job values (args, kwargs, unique key)
 -- come as parallel arrays (unnest), the rest once; same rules as enqueue_job and one notification
--- per statement when the jobs are due. Returns only what the database chose, in input order (as
--- Django's bulk_create relies on); jobs whose unique_key was in flight are missing.
+-- per statement when the jobs are due. Returns one row with what the database chose: the ids and
+-- unique keys of the inserted jobs as arrays, in input order (as Django's bulk_create relies on;
+-- jobs whose unique_key was in flight are missing), and the due and creation times, which every
+-- job of the statement shares (one row instead of two timestamps per job to decode).
 WITH inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
                             max_attempts, unique_key, created_at, worker, errors)
@@ -44,7 +46,11 @@ woken AS (
     WHERE %(notify)s
       AND EXISTS (SELECT 1 FROM inserted WHERE run_after <= now())
 )
-SELECT inserted.* FROM inserted, (SELECT count(*) FROM woken) AS notified;
+SELECT ARRAY(SELECT id FROM inserted) AS ids,
+       ARRAY(SELECT unique_key FROM inserted) AS unique_keys,
+       (SELECT min(run_after) FROM inserted) AS run_after,
+       now() AS created_at
+FROM (SELECT count(*) FROM woken) AS notified;
 
 -- name: find_in_flight_by_unique_key
 -- The ready or running job holding a unique key (what enqueue returns for a duplicate).
