@@ -345,10 +345,15 @@ class Worker:
         # The claim gave every job the worker's lease; jobs that declare their own get it before
         # they start, in one statement for the batch (none when every job uses the default).
         own_lease = [job for job, _ in runnable if job.lease_seconds != self.lease_seconds]
-        if own_lease:
-            operations.extend_leases(self._connection(), own_lease)
-        for item in runnable:
-            self._todo.put(item)
+        try:
+            if own_lease:
+                operations.extend_leases(self._connection(), own_lease)
+        finally:
+            # The claim has committed: whatever happened to the extension (a lost connection
+            # goes on to the main loop's reconnect), the jobs run, on the worker's lease until
+            # the next heartbeat gives them their own.
+            for item in runnable:
+                self._todo.put(item)
         return len(jobs) == limit
 
     def _admit(self, job: ClaimedJob) -> registry.JobDefinition | None:

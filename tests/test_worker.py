@@ -7,15 +7,16 @@ import dataclasses
 import datetime as dt
 import logging
 import os
+import threading
 import time
 import uuid
 
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection
 from django.utils import timezone
 from helpers import drain, run_worker
 
-from django_pgjobs import job, signals
+from django_pgjobs import job, operations, signals
 from django_pgjobs.context import current_job
 from django_pgjobs.models import DeadLetter, Job
 from django_pgjobs.operations import ClaimedJob
@@ -247,6 +248,30 @@ def test_a_jobs_own_lease_holds_from_the_start():
     run_worker()
     (execution,) = Execution.objects.all()
     assert int(execution.label) > 500, f"lease ran {execution.label}s at start"
+
+
+def test_a_lost_connection_while_extending_own_leases_strands_no_job(monkeypatch):
+    """The claim has committed when the worker extends the leases of jobs with their own: if the
+    connection drops right then, the jobs still run and a burst worker still finishes."""
+    real = operations.extend_leases
+    calls = []
+
+    def drop_the_first(connection, jobs):
+        calls.append(len(jobs))
+        if len(calls) == 1:
+            raise OperationalError("server closed the connection unexpectedly")
+        return real(connection, jobs)
+
+    monkeypatch.setattr(operations, "extend_leases", drop_the_first)
+    long_lease.enqueue()
+    demo.record.enqueue("bystander")
+    worker = Worker(burst=True, listen=False, install_signal_handlers=False)
+    runner = threading.Thread(target=worker.run, daemon=True)
+    runner.start()
+    runner.join(timeout=30)
+    assert not runner.is_alive(), "the worker never finished: claimed jobs were stranded"
+    assert calls and worker.stats.succeeded == 2
+    assert Execution.objects.count() == 2 and not Job.objects.exists()
 
 
 def test_a_stale_run_finishing_keeps_the_new_claim_of_its_job():
