@@ -8,6 +8,7 @@ docs/reference/settings.md. ``get_config()`` is cached and cleared on ``setting_
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -116,6 +117,8 @@ def validate(raw: dict[str, Any]) -> list[str]:
         types = _TYPES[key]
         if isinstance(value, bool) and bool not in types:
             problems.append(f"{key} must be a number, not {value!r}")
+        elif isinstance(value, float) and not math.isfinite(value):
+            problems.append(f"{key} must be a finite number, not {value!r}")
         elif not isinstance(value, types):
             names = " or ".join(t.__name__ for t in types)
             problems.append(f"{key} must be {names}, not {type(value).__name__}")

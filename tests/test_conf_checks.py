@@ -46,6 +46,8 @@ def test_override_settings_clears_the_cache():
         ({"KEEP_SUCCEEDED_SECONDS": -1}, "KEEP_SUCCEEDED_SECONDS must be 0 or more"),
         # a factor below 1 used to pass here and crash the worker at the first failure
         ({"RETRY_FACTOR": 0.5}, "RETRY_FACTOR must be 1 or more"),
+        ({"LEASE_SECONDS": float("nan")}, "LEASE_SECONDS must be a finite number"),
+        ({"RETRY_FACTOR": float("inf")}, "RETRY_FACTOR must be a finite number"),
         # past 10 years, now() + value overflows PostgreSQL's timestamps inside the worker
         ({"RETRY_CAP_SECONDS": 1e300}, "RETRY_CAP_SECONDS must be at most"),
         ({"LEASE_SECONDS": 1e15, "HEARTBEAT_SECONDS": 1}, "LEASE_SECONDS must be at most"),
