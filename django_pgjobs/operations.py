@@ -26,6 +26,7 @@ from datetime import datetime
 from datetime import timezone as dt_timezone
 from typing import Any
 
+from django.db import IntegrityError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
@@ -34,6 +35,9 @@ from .conf import get_config
 from .limits import ERROR_TYPE_MAX
 
 Connection = BaseDatabaseWrapper
+
+#: The partial unique index of jobs' unique keys while they are ready or running.
+UNIQUE_KEY_IN_FLIGHT = "pgjobs_job_unique_key_in_flight"
 
 
 @dataclass
@@ -332,18 +336,16 @@ def requeue_dead_letters(connection: Connection, ids: Sequence[int]) -> list[int
     fails as a whole (nothing moved) inside a savepoint and runs once more: the second run sees
     the committed job and leaves that dead letter where it is.
     """
-    from django.db import IntegrityError, transaction
-
     params = {"ids": list(ids)}
-    try:
-        with transaction.atomic(using=connection.alias):
-            return db.ids_of(db.execute(connection, "requeue_dead_letters", params))
-    except IntegrityError as error:
-        diag = getattr(error.__cause__, "diag", None)
-        if getattr(diag, "constraint_name", None) != "pgjobs_job_unique_key_in_flight":
-            raise
-    with transaction.atomic(using=connection.alias):
-        return db.ids_of(db.execute(connection, "requeue_dead_letters", params))
+    for last_try in (False, True):
+        try:
+            with transaction.atomic(using=connection.alias):
+                return db.ids_of(db.execute(connection, "requeue_dead_letters", params))
+        except IntegrityError as error:
+            diag = getattr(error.__cause__, "diag", None)
+            if last_try or getattr(diag, "constraint_name", None) != UNIQUE_KEY_IN_FLIGHT:
+                raise
+    raise AssertionError("unreachable")
 
 
 def delete_dead_letters(connection: Connection, ids: Sequence[int]) -> list[int]:
