@@ -114,6 +114,20 @@ def check_run_after(run_after: Any) -> datetime:
     return run_after
 
 
+def check_text(option: str, value: str) -> str:
+    """Refuse what a PostgreSQL ``text`` column cannot hold: NUL and lone surrogates."""
+    if "\x00" in value:
+        raise ValueError(f"{option} must not contain NUL characters, not {value!r}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(
+            f"{option} must be text, but contains a lone surrogate "
+            f"({value[error.start]!r}) at position {error.start}: {value!r}"
+        ) from None
+    return value
+
+
 def check_unique_key(unique_key: Any) -> str | None:
     if unique_key is None:
         return None
@@ -122,9 +136,58 @@ def check_unique_key(unique_key: Any) -> str | None:
             f"unique_key must be a non-empty string of at most {UNIQUE_KEY_MAX} characters, "
             f"not {unique_key!r}"
         )
-    if "\x00" in unique_key:
-        raise ValueError(f"unique_key must not contain NUL characters, not {unique_key!r}")
-    return unique_key
+    return check_text("unique_key", unique_key)
+
+
+def check_name(name: Any) -> str:
+    if not isinstance(name, str) or not name or len(name) > NAME_MAX:
+        raise ValueError(f"job name must be 1..{NAME_MAX} characters, not {name!r}")
+    return check_text("job name", name)
+
+
+class AsyncJobsNotSupported(TypeError):
+    """An ``async def``, generator or async generator function given to ``@job``, or a job
+    whose call returned a coroutine, awaitable or generator instead of running its work."""
+
+
+def check_runs_when_called(func: Callable[..., Any], name: str) -> None:
+    """Refuse functions whose call returns before their body ran (coroutines, generators).
+
+    A worker calls a job and counts the return as done: ``async def`` would return an unawaited
+    coroutine and a generator function an unstarted generator, both without running a line.
+    """
+    candidates = [func]
+    if not inspect.isroutine(func) and not isinstance(func, functools.partial):
+        candidates.append(type(func).__call__)  # an instance whose __call__ is async
+    for candidate in candidates:
+        if inspect.iscoroutinefunction(candidate) or inspect.isasyncgenfunction(candidate):
+            raise AsyncJobsNotSupported(
+                f"{name} is an async function: async jobs are not supported yet (a worker would "
+                "count it as done without running it). Make it a plain def, calling async code "
+                "with asgiref.sync.async_to_sync or asyncio.run."
+            )
+        if inspect.isgeneratorfunction(candidate):
+            raise AsyncJobsNotSupported(
+                f"{name} is a generator function: calling it runs nothing until iterated, so a "
+                "worker would count it as done without running it. Make it a plain def (e.g. "
+                "consume the generator inside it)."
+            )
+
+
+def check_ran(result: Any, name: str) -> Any:
+    """Raise when a job's call returned work still to be done instead of doing it."""
+    if inspect.iscoroutine(result) or inspect.isgenerator(result):
+        result.close()  # nothing will run it: no "was never awaited" warning
+    elif inspect.isasyncgen(result):
+        pass  # aclose() is itself a coroutine; an unstarted async generator holds nothing
+    elif not inspect.isawaitable(result):
+        return result
+    kind = type(result).__name__
+    raise AsyncJobsNotSupported(
+        f"{name} returned a {kind} instead of running: async jobs are not supported yet, "
+        "so its body did not run. Run the async code inside the job (asgiref.sync."
+        "async_to_sync or asyncio.run)."
+    )
 
 
 # -- definitions -------------------------------------------------------------------------------
@@ -169,11 +232,15 @@ class JobDefinition:
         if self.delay is not None and self.run_after is not None:
             raise ValueError("give either delay or run_after, not both")
         check_unique_key(self.fixed_unique_key)
-        if not self.name or len(self.name) > NAME_MAX:
-            raise ValueError(f"job name must be 1..{NAME_MAX} characters, not {self.name!r}")
+        check_name(self.name)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
+
+    def run(self, args: list, kwargs: dict) -> Any:
+        """Call the function as a worker does: a coroutine or generator returned instead of
+        the work done raises ``AsyncJobsNotSupported`` (a failed attempt, never a success)."""
+        return check_ran(self.func(*args, **kwargs), self.name)
 
     # Everything below reads settings when called (definitions are created at import time,
     # settings may change in tests); get_config() is cached.
@@ -290,6 +357,7 @@ def job(
                 f"{job_name}: jobs must be module-level functions (or pass name=...) so a worker "
                 "can find them"
             )
+        check_runs_when_called(f, job_name)
         definition = JobDefinition(
             func=f,
             name=job_name,

@@ -419,7 +419,7 @@ class Worker:
                 connection = connections[self.alias]
                 _discard_if_broken(connection)
                 with transaction.atomic(using=self.alias):
-                    definition.func(*job.args, **job.kwargs)
+                    definition.run(job.args, job.kwargs)
                     if transaction.get_rollback(using=self.alias):
                         raise RolledBack(
                             "the job marked its transaction for rollback "
@@ -428,7 +428,7 @@ class Worker:
                     if job.id not in operations.complete_jobs(connection, [job]):
                         raise LeaseLost()
                 return _Succeeded(job, time.monotonic() - started, acked=True)
-            definition.func(*job.args, **job.kwargs)
+            definition.run(job.args, job.kwargs)
             return _Succeeded(job, time.monotonic() - started)
         except LeaseLost:
             return _LostLease(job)

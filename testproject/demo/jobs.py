@@ -96,3 +96,13 @@ def interrupt_worker(label: str) -> None:
     """Raises KeyboardInterrupt, as a job reaching a stray Ctrl-C handler would."""
     _record(label)
     raise KeyboardInterrupt
+
+
+async def _record_async(label: str) -> None:
+    _record(label)
+
+
+@job(max_attempts=1)
+def forgets_to_await(label: str):
+    """A sync wrapper around async code that returns the coroutine instead of running it."""
+    return _record_async(label)
