@@ -15,7 +15,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 from django.urls import reverse
-from helpers import drain, run_worker
+from helpers import drain, run_worker, wait_until
 
 from django_pgjobs import job, operations
 from django_pgjobs.models import DeadLetter, Job, QueueState
@@ -251,3 +251,47 @@ def test_hostile_admin_search_and_filters_change_nothing(client, superuser, valu
             url = reverse(f"admin:django_pgjobs_{name}_act", args=[value, action])
             assert client.post(url).status_code in (302, 404), (name, action, value)
     assert snapshot() == before
+
+
+def pgjobs_changelists():
+    from django.contrib import admin
+
+    return [model for model in admin.site._registry if model._meta.app_label == "django_pgjobs"]
+
+
+def test_nul_in_any_generic_lookup_lists_nothing_with_an_error_on_every_changelist(
+    client,
+    superuser,  # noqa: F811
+    start_worker,
+):
+    """A running runjobs process registers its Worker row (hostname, pid...) and its queue."""
+    client.force_login(superuser)
+    seed()
+    demo.record.enqueue("keeps the worker busy", sleep=60)
+    worker = start_worker()
+    try:
+        wait_until_worker_registered()
+        models = pgjobs_changelists()
+        assert {m._meta.model_name for m in models} >= {"job", "deadletter", "worker", "queuestate"}
+        for model in models:
+            url = reverse(f"admin:django_pgjobs_{model._meta.model_name}_changelist")
+            assert client.get(url).context["cl"].result_count > 0, url
+            lookups = ["pk", "id__gt", "pk__in"]
+            for field in model._meta.concrete_fields:
+                lookups += [field.name, f"{field.name}__exact", f"{field.name}__startswith"]
+            for lookup in lookups:
+                response = client.get(url, {lookup: "\x00"})
+                assert response.status_code == 200, (url, lookup, response.status_code)
+                assert response.context["cl"].result_count == 0, (url, lookup)
+                shown = [str(m) for m in response.context["messages"]]
+                assert any("NUL character" in m and lookup in m for m in shown), (url, shown)
+            # a NUL in the name of the lookup, and next to a lookup that works
+            response = client.get(url, {"queue\x00": "x", "pk__gt": "0"})
+            assert response.status_code == 200 and response.context["cl"].result_count == 0
+    finally:
+        worker.kill()
+
+
+def wait_until_worker_registered():
+    wait_until(lambda: Job.objects.filter(status="running").exists(), timeout=30)
+    wait_until(lambda: WorkerRow.objects.exists(), timeout=30)

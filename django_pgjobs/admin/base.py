@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
-from django.contrib.admin.views.main import ChangeList
+from django.contrib.admin.views.main import IGNORED_PARAMS, ChangeList
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
@@ -80,7 +80,37 @@ class QueueFilter(ValueFilter):
 
 class CappedChangeList(ChangeList):
     """A ChangeList whose ``result_count`` stops at ``COUNT_CAP``; ``count_capped`` tells the
-    templates to say "10,000+"."""
+    templates to say "10,000+".
+
+    A lookup in the query string holding a NUL character (``?queue__exact=%00``) matches no row:
+    PostgreSQL text cannot hold NUL, and sending it fails the query (a 500). Such lookups are
+    left out of the query, the list is shown empty with an error message.
+    """
+
+    def __init__(self, request, *args, **kwargs):
+        self.nul_lookups = sorted(
+            key
+            for key, values in request.GET.lists()
+            if key not in IGNORED_PARAMS and any("\x00" in text for text in (key, *values))
+        )
+        super().__init__(request, *args, **kwargs)
+        if self.nul_lookups:
+            names = ", ".join(repr(key.replace("\x00", "\\x00")) for key in self.nul_lookups)
+            messages.error(
+                request,
+                f"No rows match {names}: the value contains a NUL character, which PostgreSQL "
+                "text cannot hold.",
+            )
+
+    def get_filters_params(self, params=None):
+        lookups = super().get_filters_params(params)
+        for key in self.nul_lookups:
+            lookups.pop(key, None)
+        return lookups
+
+    def get_queryset(self, request, exclude_parameters=None):
+        queryset = super().get_queryset(request, exclude_parameters)
+        return queryset.none() if self.nul_lookups else queryset
 
     def get_results(self, request):
         super().get_results(request)
@@ -118,6 +148,9 @@ class OperatorAdmin(admin.ModelAdmin):
     sortable_by = ()  # sorting 1,000,000 rows by any column is not free; order is per view
     show_facets = admin.ShowFacets.NEVER  # facet counts are a COUNT(*) per filter choice
     actions_on_bottom = False
+
+    def get_changelist(self, request, **kwargs):
+        return CappedChangeList
 
     def has_add_permission(self, request, obj=None) -> bool:
         return False
