@@ -4,12 +4,13 @@
 - ``pgjobs.E002``: ``settings.PGJOBS`` has an unknown key or a bad value.
 - ``pgjobs.E003``: ``PGJOBS["DATABASE"]`` names no database in ``settings.DATABASES``.
 - ``pgjobs.E004``: a job's ``lease_seconds`` is shorter than two heartbeats.
+- ``pgjobs.W001``: atomic jobs run on a jobs database other than ``default``.
 """
 
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.checks import Error, Tags, register
+from django.core.checks import Error, Tags, Warning, register
 from django.db import connections
 
 from .conf import ConfigError, get_config, raw_settings, validate
@@ -87,4 +88,37 @@ def check_job_leases(app_configs=None, **kwargs):
         )
         for definition in registered().values()
         if definition.lease_seconds is not None and definition.lease_seconds < 2 * heartbeat
+    ]
+
+
+@register(Tags.compatibility)
+def check_atomic_jobs_database(app_configs=None, **kwargs):
+    """An atomic job's transaction is on the jobs database only: with ``PGJOBS["DATABASE"]``
+    elsewhere, what the job writes through ``default`` (every model not routed there) commits
+    as it goes and stays when the job fails."""
+    try:
+        config = get_config()
+    except ConfigError:
+        return []  # reported by pgjobs.E002
+    if config.DATABASE == "default":
+        return []
+    atomic = sorted(name for name, definition in registered().items() if definition.is_atomic())
+    if not atomic and not config.DEFAULT_ATOMIC:
+        return []
+    which = (
+        "PGJOBS['DEFAULT_ATOMIC'] is True"
+        if config.DEFAULT_ATOMIC
+        else f"{len(atomic)} job(s) use atomic=True ({', '.join(atomic[:3])}"
+        + (", ..." if len(atomic) > 3 else "")
+        + ")"
+    )
+    return [
+        Warning(
+            f"{which}, but PGJOBS['DATABASE'] is {config.DATABASE!r}: an atomic job's "
+            f"transaction is on {config.DATABASE!r} only, so its writes to other databases "
+            "(such as 'default') are not rolled back when it fails.",
+            hint="Keep the jobs tables on 'default' for atomic jobs, or make those jobs write "
+            f"only to {config.DATABASE!r} (and be idempotent about the rest).",
+            id="pgjobs.W001",
+        )
     ]

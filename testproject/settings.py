@@ -76,13 +76,20 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": database_from_url(throwaway_pg.database_url())}
+# PGJOBS_TEST_JOBS_ALIAS: a second alias on the same database holding the jobs (what a project
+# with PGJOBS["DATABASE"] elsewhere does), for the tests of that setup.
+JOBS_ALIAS = os.environ.get("PGJOBS_TEST_JOBS_ALIAS", "default")
+if JOBS_ALIAS != "default":
+    DATABASES[JOBS_ALIAS] = {**DATABASES["default"], "TEST": {"MIRROR": "default"}}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-USE_TZ = True
-TIME_ZONE = "UTC"
+# The tests of projects without time zone support run with DJANGO_USE_TZ=0 (and another zone).
+USE_TZ = os.environ.get("DJANGO_USE_TZ", "1") == "1"
+TIME_ZONE = os.environ.get("DJANGO_TIME_ZONE", "UTC")
 STATIC_URL = "static/"
 
 PGJOBS = {
+    "DATABASE": JOBS_ALIAS,
     # Short leases so the crash tests see rescues within seconds; production keeps the defaults.
     "LEASE_SECONDS": float(os.environ.get("PGJOBS_LEASE_SECONDS", "60")),
     "HEARTBEAT_SECONDS": float(os.environ.get("PGJOBS_HEARTBEAT_SECONDS", "10")),

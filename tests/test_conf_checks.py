@@ -10,7 +10,12 @@ from django.core.management.base import CommandError
 from django.test import override_settings
 
 from django_pgjobs import RetryPolicy, job, registry
-from django_pgjobs.checks import check_database, check_job_leases, check_settings
+from django_pgjobs.checks import (
+    check_atomic_jobs_database,
+    check_database,
+    check_job_leases,
+    check_settings,
+)
 from django_pgjobs.conf import ConfigError, get_config
 from django_pgjobs.registry import JobAlreadyRegistered, registered
 
@@ -165,3 +170,22 @@ def test_a_job_lease_shorter_than_two_heartbeats_is_check_e004(monkeypatch):
     assert "lease_seconds >= 20" in error.hint
     with override_settings(PGJOBS={"HEARTBEAT_SECONDS": 2}):
         assert check_job_leases() == []
+
+
+def test_atomic_jobs_on_a_jobs_database_other_than_default_is_check_w001(monkeypatch):
+    assert check_atomic_jobs_database() == []  # the demo's atomic jobs, on 'default'
+    with override_settings(PGJOBS={"DATABASE": "jobs"}):
+        (warning,) = check_atomic_jobs_database()
+    assert warning.id == "pgjobs.W001" and warning.level == 30  # WARNING
+    assert "job(s) use atomic=True" in warning.msg and "demo.jobs.record_atomic" in warning.msg
+    assert "'jobs'" in warning.msg and "not rolled back" in warning.msg
+
+    non_atomic = {n: d for n, d in registered().items() if d.atomic is not True}
+    monkeypatch.setattr(registry, "_REGISTRY", non_atomic)
+    with override_settings(PGJOBS={"DATABASE": "jobs"}):
+        assert check_atomic_jobs_database() == []  # no atomic job: nothing to warn about
+    with override_settings(PGJOBS={"DATABASE": "jobs", "DEFAULT_ATOMIC": True}):
+        (warning,) = check_atomic_jobs_database()
+    assert warning.id == "pgjobs.W001" and "DEFAULT_ATOMIC" in warning.msg
+    with override_settings(PGJOBS={"DEFAULT_ATOMIC": True}):
+        assert check_atomic_jobs_database() == []

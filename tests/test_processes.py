@@ -142,3 +142,16 @@ def test_worker_survives_dropped_connections(start_worker, other_connection):
     # atomic jobs: their writes commit with their completion, so exactly once
     assert all(tally[f"{label}-atomic"] == 1 for label in labels)
     assert "database unavailable" in worker.output() or "reconnecting" in worker.output()
+
+
+def test_atomic_job_on_another_jobs_database_warns_and_keeps_its_default_writes(start_worker):
+    """PGJOBS["DATABASE"] = "jobs" (a second alias): the atomic job's transaction is on "jobs",
+    its Execution row goes through "default" and stays although the job failed (pgjobs.W001)."""
+    enqueued = demo.write_then_fail.using(max_attempts=1).enqueue("outside the transaction")
+    worker = start_worker("--burst", env={"PGJOBS_TEST_JOBS_ALIAS": "jobs"})
+    assert worker.wait(60) == 0, worker.output()
+    output = worker.output()
+    assert "pgjobs.W001" in output and "'jobs'" in output, output
+    dead = DeadLetter.objects.get()
+    assert dead.job_id == enqueued.pk and "failed after writing" in dead.reason
+    assert Execution.objects.filter(label="outside the transaction").count() == 1
