@@ -106,3 +106,15 @@ async def _record_async(label: str) -> None:
 def forgets_to_await(label: str):
     """A sync wrapper around async code that returns the coroutine instead of running it."""
     return _record_async(label)
+
+
+@job(max_attempts=1)
+def compare_numbers(label: str, values: list, reprs: list, **named) -> None:
+    """Fails unless every value reads back with the repr it was enqueued with (type included);
+    a label starting "fail once" also fails its first run after that (to be requeued)."""
+    received = [repr(value) for value in values] + [repr(value) for value in named.values()]
+    if received != reprs:
+        raise AssertionError(f"read back {received}, enqueued {reprs}")
+    _record(label)
+    if label.startswith("fail once") and Execution.objects.filter(label=label).count() == 1:
+        raise RuntimeError(f"{label}: the numbers were right, failing as asked")
