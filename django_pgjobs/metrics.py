@@ -39,7 +39,6 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from datetime import timezone as dt_timezone
 from typing import Any
 
 from django.db import DatabaseError
@@ -111,7 +110,7 @@ class QueueMetrics:
         return counts
 
     def claimed(self, jobs: Iterable[Any]) -> None:
-        now = datetime.now(dt_timezone.utc)
+        now = timezone.now()  # aware or naive, as the claimed jobs' run_after
         for job in jobs:
             waited = max((now - job.run_after).total_seconds(), 0.0)
             self._queue(job.queue).wait_buckets[wait_bucket(waited)] += 1

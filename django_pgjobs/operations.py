@@ -26,6 +26,7 @@ from datetime import datetime
 from datetime import timezone as dt_timezone
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
@@ -91,7 +92,8 @@ def error_entry(
     if not with_traceback:
         trace = ""
     return {
-        "at": timezone.now().isoformat(),
+        # always with its offset: a naive time (USE_TZ = False) in JSON would be ambiguous
+        "at": datetime.now(dt_timezone.utc).isoformat(),
         "attempt": attempt,
         "type": _storable(error_type or "Error")[:ERROR_TYPE_MAX],
         "message": _storable(_truncate(message, limit)),
@@ -156,10 +158,17 @@ def claim_jobs(
     return [_claimed(row, token, lease_seconds) for row in rows]
 
 
+def _from_epoch(seconds: float) -> datetime:
+    """As Django reads a ``DateTimeField``: aware in UTC, or naive in the project's time zone
+    when ``USE_TZ = False``."""
+    moment = datetime.fromtimestamp(seconds, dt_timezone.utc)
+    return moment if settings.USE_TZ else timezone.make_naive(moment)
+
+
 def _claimed(row: dict[str, Any], token: uuid.UUID, lease_seconds: float) -> ClaimedJob:
     """A row of the claim statements (times as epoch seconds, no token) as a ``ClaimedJob``."""
-    row["run_after"] = datetime.fromtimestamp(row["run_after"], dt_timezone.utc)
-    row["created_at"] = datetime.fromtimestamp(row["created_at"], dt_timezone.utc)
+    row["run_after"] = _from_epoch(row["run_after"])
+    row["created_at"] = _from_epoch(row["created_at"])
     return ClaimedJob(**row, claim_token=token, lease_seconds=lease_seconds)
 
 

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
+from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules
 
 from .backoff import RetryPolicy
@@ -106,7 +108,7 @@ def check_delay(delay: Any) -> float:
 def check_run_after(run_after: Any) -> datetime:
     if not isinstance(run_after, datetime):
         raise ValueError(f"run_after must be a datetime, not {type(run_after).__name__}")
-    if run_after.tzinfo is None or run_after.utcoffset() is None:
+    if settings.USE_TZ and timezone.is_naive(run_after):
         raise ValueError(
             "run_after must be timezone-aware (a naive datetime is ambiguous); "
             "use django.utils.timezone.now() + timedelta(...)"

@@ -36,8 +36,7 @@ def chart_bars(points, width: int = CHART_WIDTH, height: int = CHART_HEIGHT) -> 
                 "ok_height": h_ok,
                 "failed_y": round(height - h_ok - h_failed, 1),
                 "failed_height": h_failed,
-                "label": f"{timezone.localtime(minute):%H:%M}: {succeeded} succeeded, "
-                f"{failed} failed",
+                "label": f"{display.local(minute):%H:%M}: {succeeded} succeeded, {failed} failed",
             }
         )
     return {"bars": bars, "peak": peak, "width": width, "height": height}

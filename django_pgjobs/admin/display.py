@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import json
 from datetime import datetime
+from datetime import timezone as dt_timezone
 from typing import Any
 
 from django.utils import timezone
@@ -80,11 +81,22 @@ def duration(seconds: float | None) -> str:
     return f"{hours // 24} d {hours % 24} h"
 
 
+def aware(moment: datetime) -> datetime:
+    """``moment`` as an aware datetime: a naive one (rows read with ``USE_TZ = False``) is in
+    the project's time zone. Stored error times are always aware, so pages mix both."""
+    return moment if timezone.is_aware(moment) else timezone.make_aware(moment)
+
+
+def local(moment: datetime) -> datetime:
+    """``moment`` in the current time zone, whatever ``USE_TZ`` says."""
+    return timezone.localtime(aware(moment))
+
+
 def relative(moment: datetime | None, now: datetime | None = None) -> str:
     """``in 5 min`` / ``3 min ago``."""
     if moment is None:
         return "–"
-    delta = (moment - (now or timezone.now())).total_seconds()
+    delta = (aware(moment) - aware(now or timezone.now())).total_seconds()
     if abs(delta) < 1:
         return "now"
     return f"in {duration(delta)}" if delta > 0 else f"{duration(delta)} ago"
@@ -94,11 +106,11 @@ def when(moment: datetime | None) -> str:
     """Absolute time with the relative one in a tooltip."""
     if moment is None:
         return "–"
-    local = timezone.localtime(moment)
+    shown = local(moment)
     return format_html(
         '<time datetime="{}" title="{}">{}</time>',
-        moment.isoformat(),
-        local.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        shown.isoformat(),
+        shown.strftime("%Y-%m-%d %H:%M:%S %Z"),
         relative(moment),
     )
 
@@ -175,7 +187,11 @@ def timeline(row: Any, *, dead: bool = False) -> list[dict[str, Any]]:
 
 
 def _sorted(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    floor = datetime.min.replace(tzinfo=timezone.get_current_timezone())
+    # in one zone: rows read naive with USE_TZ = False, stored error times are aware
+    for event in events:
+        if event["at"]:
+            event["at"] = local(event["at"])
+    floor = datetime.min.replace(tzinfo=dt_timezone.utc)
     return sorted(events, key=lambda e: e["at"] or floor)
 
 

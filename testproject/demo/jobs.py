@@ -118,3 +118,15 @@ def compare_numbers(label: str, values: list, reprs: list, **named) -> None:
     _record(label)
     if label.startswith("fail once") and Execution.objects.filter(label=label).count() == 1:
         raise RuntimeError(f"{label}: the numbers were right, failing as asked")
+
+
+@job(max_attempts=2, retry=RetryPolicy(base_seconds=0.1, cap_seconds=0.1))
+def record_times(label: str, fail_first: bool = False) -> None:
+    """Records how long the job waited, computed from its own times and the project's clock (a
+    naive and an aware datetime do not subtract: this fails when they disagree)."""
+    running = current_job()
+    waited = timezone.now() - running.created_at
+    late = timezone.now() - running.run_after
+    _record(f"{label} waited>=0:{waited.total_seconds() >= 0} late>=0:{late.total_seconds() >= 0}")
+    if fail_first and running.attempts == 1:
+        raise RuntimeError(f"{label}: the first attempt fails")
