@@ -181,6 +181,13 @@ def test_runjobs_with_naive_times_runs_due_jobs_only_retries_and_the_admin_shows
     assert count(other_connection, "SELECT count(*) FROM pgjobs_job WHERE run_after > now()") == 1
     (error,) = DeadLetter.objects.get().errors
     assert datetime.fromisoformat(error["at"]).utcoffset() is not None  # never ambiguous
+    # the statistics the worker flushed land in this minute's bar of the chart, local time
+    dashboard = admin_client.get(reverse("admin:django_pgjobs_job_dashboard")).content.decode()
+    minutes = re.findall(r"(\d\d:\d\d): (\d+) succeeded, (\d+) failed", dashboard)
+    assert sum(int(ok) for _, ok, _ in minutes) == 2, minutes
+    assert sum(int(failed) for _, _, failed in minutes) == 2, minutes
+    recent = {f"{timezone.now() - timedelta(minutes=m):%H:%M}" for m in range(3)}
+    assert {minute for minute, ok, _ in minutes if int(ok)} <= recent, minutes
 
 
 def test_run_after_without_a_zone_is_still_refused_with_use_tz():
