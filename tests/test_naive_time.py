@@ -145,7 +145,21 @@ def test_admin_actions_with_naive_times(admin_client):
     assert response.status_code == 302
     requeued = Job.objects.get(name=letter.name)
     assert requeued.view == "due" and admin_client.get(JOBS).status_code == 200
-    assert admin_client.get(reverse("admin:django_pgjobs_job_change", args=[requeued.pk]))
+    page = admin_client.get(reverse("admin:django_pgjobs_job_change", args=[requeued.pk]))
+    assert page.status_code == 200
+    # the list actions: run now (bulk) on a scheduled job, delete a dead letter for good
+    again = demo.record.using(run_after=later).enqueue("bulk")
+    response = admin_client.post(
+        JOBS, {"action": "run_now", "_selected_action": [again.pk], "index": 0}
+    )
+    assert response.status_code == 302 and Job.objects.get(pk=again.pk).view == "due"
+    drain()  # the requeued job fails again
+    letters = [str(pk) for pk in DeadLetter.objects.values_list("pk", flat=True)]
+    assert len(letters) == 1
+    response = admin_client.post(
+        DEAD, {"action": "delete", "_selected_action": letters, "index": 0}
+    )
+    assert response.status_code == 302 and not DeadLetter.objects.exists()
 
 
 def test_runjobs_with_naive_times_runs_due_jobs_only_retries_and_the_admin_shows_them(

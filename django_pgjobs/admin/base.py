@@ -95,7 +95,7 @@ class CappedChangeList(ChangeList):
         )
         super().__init__(request, *args, **kwargs)
         if self.nul_lookups:
-            names = ", ".join(repr(key.replace("\x00", "\\x00")) for key in self.nul_lookups)
+            names = ", ".join(repr(key) for key in self.nul_lookups)  # NUL shown as \x00
             messages.error(
                 request,
                 f"No rows match {names}: the value contains a NUL character, which PostgreSQL "
