@@ -821,9 +821,11 @@ class Worker:
         """Wait, but not past the end of the shutdown grace (nor at all after a second signal:
         callers check ``_past_give_up`` before waiting again, so this never spins)."""
         deadline = time.monotonic() + seconds
-        if self._give_up_at is not None:
-            deadline = min(deadline, self._give_up_at)
-        while (left := deadline - time.monotonic()) > 0 and not self._force.is_set():
+        while not self._force.is_set():
+            # a stop requested meanwhile shortens the wait
+            left = min(deadline, self._give_up_at or deadline) - time.monotonic()
+            if left <= 0:
+                return
             time.sleep(min(left, 0.1))
 
     def _listener(self) -> None:
