@@ -20,7 +20,11 @@ Guarantees
     Every completion and failure is fenced by the claim token. An ``atomic`` job's function and
     its completion commit in one transaction on the executor's connection. On SIGTERM/SIGINT the
     worker stops claiming, hands back claimed-but-unstarted jobs without spending an attempt,
-    lets running jobs finish for ``shutdown_grace`` seconds, and exits 0.
+    lets running jobs finish for ``shutdown_grace`` seconds (then ends their statements), and
+    exits 0; a second signal exits within ``FORCED_EXIT_SECONDS``. After every job its
+    executor's connections are idle in autocommit with the session Django configured (what a
+    job left open fails that job); a connection found dead before a job, or at its first
+    statement, costs no attempt. "Not right now" database errors are waited out.
 
 Instrumentation
     ``django_pgjobs.signals`` and the ``django_pgjobs.worker`` logger (start-up line, one line
