@@ -748,7 +748,8 @@ class Worker:
                     by_alias.setdefault(alias, []).extend(pids)
         for alias, pids in by_alias.items():
             try:
-                ended = operations.terminate_backends(connections[alias], pids)
+                connection = self._connection() if alias == self.alias else connections[alias]
+                ended = operations.terminate_backends(connection, pids)
             except DatabaseError as error:
                 logger.warning(
                     "could not end the abandoned jobs' statements on %r: %s",
