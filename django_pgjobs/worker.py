@@ -707,7 +707,7 @@ class Worker:
         logger.info("handed back %d claimed job(s) that had not started", len(released))
 
     def _hand_back(self, item: _HandBack) -> None:
-        """Give back, attempt not spent, a job whose first statement found its executor's
+        """(Dispatcher.) Give back, attempt not spent, a job whose first statement found its executor's
         connection dead (dropped while idle: nothing the job did)."""
         released = self._with_retries(
             lambda: operations.release_jobs(self._connection(), [item.job])
@@ -738,7 +738,7 @@ class Worker:
         logger.warning("shutdown grace expired; gave up on running job(s)")
 
     def _end_abandoned_statements(self) -> None:
-        """Terminate the server processes of the executors still running a job: a job left
+        """(Dispatcher.) Terminate the server processes of the executors still running a job: a job left
         running would keep its statement going and its locks held after the worker exits."""
         by_alias: dict[str, list[int]] = {}
         for executor in self._executors:
@@ -760,7 +760,7 @@ class Worker:
             logger.warning("ended %d database session(s) of abandoned job(s) on %r", ended, alias)
 
     def _leave_to_leases(self) -> None:
-        """Stopping with the database unavailable: the jobs still held cannot be recorded,
+        """(Dispatcher.) Stopping with the database unavailable: the jobs still held cannot be recorded,
         their leases bring them back (spending the attempt of those that were running)."""
         self._abandoned = True
         if self._held:
