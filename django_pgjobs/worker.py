@@ -707,8 +707,8 @@ class Worker:
         logger.info("handed back %d claimed job(s) that had not started", len(released))
 
     def _hand_back(self, item: _HandBack) -> None:
-        """(Dispatcher.) Give back, attempt not spent, a job whose first statement found its executor's
-        connection dead (dropped while idle: nothing the job did)."""
+        """(Dispatcher.) Give back, attempt not spent, a job whose first statement found its
+        executor's connection dead (dropped while idle: nothing the job did)."""
         released = self._with_retries(
             lambda: operations.release_jobs(self._connection(), [item.job])
         )
@@ -738,8 +738,9 @@ class Worker:
         logger.warning("shutdown grace expired; gave up on running job(s)")
 
     def _end_abandoned_statements(self) -> None:
-        """(Dispatcher.) Terminate the server processes of the executors still running a job: a job left
-        running would keep its statement going and its locks held after the worker exits."""
+        """(Dispatcher.) Terminate the server processes of the executors still running a job: a
+        job left running would keep its statement going and its locks held after the worker
+        exits."""
         by_alias: dict[str, list[int]] = {}
         for executor in self._executors:
             job = executor.job
@@ -760,8 +761,9 @@ class Worker:
             logger.warning("ended %d database session(s) of abandoned job(s) on %r", ended, alias)
 
     def _leave_to_leases(self) -> None:
-        """(Dispatcher.) Stopping with the database unavailable: the jobs still held cannot be recorded,
-        their leases bring them back (spending the attempt of those that were running)."""
+        """(Dispatcher.) Stopping with the database unavailable: the jobs still held cannot be
+        recorded, their leases bring them back (spending the attempt of those that were
+        running)."""
         self._abandoned = True
         if self._held:
             logger.warning(
