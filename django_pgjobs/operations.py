@@ -333,6 +333,13 @@ def unregister_worker(connection: Connection, worker_id: str) -> None:
     db.execute(connection, "unregister_worker", {"id": worker_id})
 
 
+def terminate_backends(connection: Connection, pids: Sequence[int]) -> int:
+    """End the server processes ``pids`` (a stopping worker's abandoned jobs); how many ended."""
+    if not pids:
+        return 0
+    return db.execute(connection, "terminate_backends", {"pids": list(pids)})[0]["ended"]
+
+
 # -- operator actions (admin) -------------------------------------------------------------------
 
 

@@ -20,7 +20,11 @@ Guarantees
     Every completion and failure is fenced by the claim token. An ``atomic`` job's function and
     its completion commit in one transaction on the executor's connection. On SIGTERM/SIGINT the
     worker stops claiming, hands back claimed-but-unstarted jobs without spending an attempt,
-    lets running jobs finish for ``shutdown_grace`` seconds, and exits 0.
+    lets running jobs finish for ``shutdown_grace`` seconds (then ends their statements), and
+    exits 0; a second signal exits within ``FORCED_EXIT_SECONDS``. After every job its
+    executor's connections are idle in autocommit with the session Django configured (what a
+    job left open fails that job); a connection found dead before a job, or at its first
+    statement, costs no attempt. "Not right now" database errors are waited out.
 
 Instrumentation
     ``django_pgjobs.signals`` and the ``django_pgjobs.worker`` logger (start-up line, one line
@@ -33,15 +37,19 @@ import logging
 import os
 import queue as queue_module
 import random
+import re
+import select
 import signal
 import socket
 import threading
 import time
 import uuid
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
+from psycopg.pq import TransactionStatus
 
 from . import metrics, operations, redaction, registry, signals
 from .conf import get_config
@@ -51,6 +59,22 @@ from .operations import ClaimedJob
 logger = logging.getLogger("django_pgjobs.worker")
 
 CONNECTION_ERRORS = (OperationalError, InterfaceError)
+# Errors that say "not right now" rather than "wrong": the dispatcher waits them out (back-off,
+# one log line per wait) and repeats the step, which is safe because a failed statement changed
+# nothing and every step is fenced. By SQLSTATE class or code (PostgreSQL appendix A).
+TRANSIENT_SQLSTATE_CLASSES = ("08", "53", "57P")  # connection, resources, operator intervention
+TRANSIENT_SQLSTATES = frozenset(
+    {
+        "25006",  # read_only_sql_transaction: a hot standby, default_transaction_read_only
+        "40001",  # serialization_failure
+        "40P01",  # deadlock_detected
+        "55P03",  # lock_not_available (lock_timeout)
+        "57014",  # query_canceled (statement_timeout, pg_cancel_backend)
+    }
+)
+# A second SIGTERM/SIGINT: the process is gone this soon, whatever the database does (a
+# statement or a connection attempt can hang on an unreachable server).
+FORCED_EXIT_SECONDS = 1.5
 # Longest a finished job's acknowledgement waits to share a statement with others (or to ride
 # on the next claim). A worker killed meanwhile loses nothing: the job runs again after its lease.
 ACK_DELAY_SECONDS = 0.05
@@ -66,6 +90,14 @@ class LeaseLost(Exception):
 
 class RolledBack(Exception):
     """An atomic job marked its transaction for rollback: its completion cannot commit."""
+
+
+class ConnectionClosedByJob(Exception):
+    """An atomic job closed its database connection: its transaction was rolled back."""
+
+
+class TransactionLeftOpen(Exception):
+    """A job returned with its connection inside a transaction: its writes were rolled back."""
 
 
 # Messages from executor and listener threads to the dispatcher.
@@ -86,6 +118,14 @@ class _Failed:
 @dataclass
 class _LostLease:
     job: ClaimedJob
+
+
+@dataclass
+class _HandBack:
+    """The job's first statement met a connection that had died while idle: not its fault."""
+
+    job: ClaimedJob
+    error: BaseException
 
 
 _WAKE = object()
@@ -179,7 +219,9 @@ class Worker:
         self._force = threading.Event()  # second signal: give up on running jobs now
         self._wake_pending = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._executors: list[_ExecutorConnections] = []  # one per executor thread
         self._abandoned = False  # the grace period ran out with jobs still running
+        self._give_up_at: float | None = None  # stop requested: database waits end here
 
     # -- public ---------------------------------------------------------------------------------
 
@@ -187,6 +229,9 @@ class Worker:
         """Ask for a graceful shutdown (``force``: stop waiting for running jobs)."""
         if force or self._stop.is_set():
             self._force.set()
+            self._give_up_at = time.monotonic()
+        elif self._give_up_at is None:
+            self._give_up_at = time.monotonic() + self.shutdown_grace
         self._stop.set()
         self._events.put(_WAKE)
 
@@ -202,7 +247,13 @@ class Worker:
     def _run(self) -> int:
         self._start_threads()
         self._log_start()
-        self._with_retries(self._register)
+        try:
+            self._with_retries(self._register)
+        except DatabaseError:
+            if not (self._stop.is_set() and self._past_give_up()):
+                raise
+            self._shutdown(database_down=True)  # stopped before the database came back
+            return 0
         now = time.monotonic()
         next_heartbeat = now + self.heartbeat_seconds
         next_rescue = now  # rescue once at start: picks up what a crashed predecessor left
@@ -211,8 +262,14 @@ class Worker:
         more_ready = True
         db_backoff = 0.0
         grace_deadline: float | None = None
+        database_down = False
 
         while True:
+            if self._stop.is_set() and self._past_give_up():
+                database_down = db_backoff > 0  # the last step failed: do not wait for another
+                if database_down:
+                    self._leave_to_leases()
+                    break
             try:
                 self._drain_events(block_for=0)
                 if not self._claim_due(more_ready, next_poll) and self._acks_due():
@@ -227,7 +284,7 @@ class Worker:
                     next_rescue = now + self.rescue_interval * random.uniform(0.8, 1.2)
                 if self._stop.is_set():
                     if grace_deadline is None:
-                        grace_deadline = now + self.shutdown_grace
+                        grace_deadline = self._give_up_at or now + self.shutdown_grace
                         self._release_unstarted()
                     if not self._held:
                         break
@@ -251,15 +308,19 @@ class Worker:
                     if self._limit_reached() and not self._held:
                         break
                 db_backoff = 0.0
-            except CONNECTION_ERRORS as error:
+            except DatabaseError as error:
+                if not _is_transient(error):
+                    raise
                 db_backoff = min(max(db_backoff * 2, 0.5), 10.0)
+                self._close_connection()
+                if self._stop.is_set() and self._past_give_up():
+                    continue  # the top of the loop leaves the jobs to their leases
                 logger.warning(
                     "database unavailable (%s); retrying in %.1fs with %d job(s) held",
                     _one_line(error),
                     db_backoff,
                     len(self._held),
                 )
-                self._close_connection()
                 self._sleep(db_backoff)
                 continue
             if now >= next_stats:
@@ -277,8 +338,11 @@ class Worker:
                 continue
             self._drain_events(block_for=max(0.0, deadline - time.monotonic()))
 
-        self._shutdown()
+        self._shutdown(database_down)
         return 0
+
+    def _past_give_up(self) -> bool:
+        return self._give_up_at is not None and time.monotonic() >= self._give_up_at
 
     def _claim_due(self, more_ready: bool, next_poll: float) -> bool:
         """Claim now: jobs may be ready (last claim full, woken, or poll due) and it is worth a
@@ -400,15 +464,34 @@ class Worker:
             self._threads.append(thread)
 
     def _executor(self) -> None:
+        own = _ExecutorConnections()
+        self._executors.append(own)
         try:
-            while True:
-                item = self._todo.get()
-                if item is None:
-                    return
-                job, definition = item
-                self._events.put(self._execute(job, definition))
+            with own.observing():
+                while True:
+                    item = self._todo.get()
+                    if item is None:
+                        return
+                    job, definition = item
+                    own.before_job(job)
+                    result = self._execute(job, definition)
+                    self._events.put(self._settle_connections(own, result))
         finally:
             connections.close_all()
+
+    def _settle_connections(self, own: _ExecutorConnections, result):
+        """(Executor thread.) Clean up after the job; what it left open is its failure, and a
+        connection that had died while idle is not: that job goes back without an attempt."""
+        left_open = own.after_job()
+        if isinstance(result, _Failed) and own.stale_connection_failed:
+            return _HandBack(result.job, result.error)
+        if left_open is None:
+            return result
+        if isinstance(result, _Succeeded) and not result.acked:
+            return _Failed(result.job, left_open, result.duration)
+        if isinstance(result, _Succeeded):  # an atomic job, committed: another alias was left
+            logger.error("job %s #%s: %s", result.job.name, result.job.id, left_open)
+        return result
 
     def _execute(self, job: ClaimedJob, definition: registry.JobDefinition):
         _send(signals.job_started, job=job)
@@ -420,11 +503,7 @@ class Worker:
                 _discard_if_broken(connection)
                 with transaction.atomic(using=self.alias):
                     definition.run(job.args, job.kwargs)
-                    if transaction.get_rollback(using=self.alias):
-                        raise RolledBack(
-                            "the job marked its transaction for rollback "
-                            "(transaction.set_rollback), so its completion cannot commit with it"
-                        )
+                    _check_transaction_kept(connection)
                     if job.id not in operations.complete_jobs(connection, [job]):
                         raise LeaseLost()
                 return _Succeeded(job, time.monotonic() - started, acked=True)
@@ -474,6 +553,8 @@ class Worker:
                 self._acks.append(item.job)
         elif isinstance(item, _Failed):
             self._record_failure(item.job, item.error)
+        elif isinstance(item, _HandBack):
+            self._hand_back(item)
         elif isinstance(item, _LostLease):
             self._finish(item.job)
             self.stats.lost += 1
@@ -625,26 +706,81 @@ class Worker:
         self.stats.released += len(released)
         logger.info("handed back %d claimed job(s) that had not started", len(released))
 
+    def _hand_back(self, item: _HandBack) -> None:
+        """(Dispatcher.) Give back, attempt not spent, a job whose first statement found its
+        executor's connection dead (dropped while idle: nothing the job did)."""
+        released = self._with_retries(
+            lambda: operations.release_jobs(self._connection(), [item.job])
+        )
+        self._finish(item.job)
+        if released:
+            self.stats.released += 1
+        logger.warning(
+            "job %s #%s handed back without spending an attempt: its first statement found the "
+            "connection dead (%s)",
+            item.job.name,
+            item.job.id,
+            _one_line(item.error),
+        )
+
     def _abandon_running(self) -> None:
-        """Grace period over: record the jobs still running as failed attempts."""
+        """Grace period over: end the statements of the jobs still running (their locks go at
+        once) and record those jobs as failed attempts."""
+        self._abandoned = True
+        self._end_abandoned_statements()
         self._flush_acks()  # finished jobs are not running: acknowledge them first
         error = RuntimeError(
             f"worker {self.id} shut down before the job finished "
             f"(shutdown grace {self.shutdown_grace:g}s)"
         )
-        self._abandoned = True
         for job in list(self._held.values()):
             self._record_failure(job, error)
         logger.warning("shutdown grace expired; gave up on running job(s)")
 
-    def _shutdown(self) -> None:
+    def _end_abandoned_statements(self) -> None:
+        """(Dispatcher.) Terminate the server processes of the executors still running a job: a
+        job left running would keep its statement going and its locks held after the worker
+        exits."""
+        by_alias: dict[str, list[int]] = {}
+        for executor in self._executors:
+            job = executor.job
+            if job is not None and self._held.get(job.id) is job:
+                for alias, pids in executor.backend_pids().items():
+                    by_alias.setdefault(alias, []).extend(pids)
+        for alias, pids in by_alias.items():
+            try:
+                connection = self._connection() if alias == self.alias else connections[alias]
+                ended = operations.terminate_backends(connection, pids)
+            except DatabaseError as error:
+                logger.warning(
+                    "could not end the abandoned jobs' statements on %r: %s",
+                    alias,
+                    _one_line(error),
+                )
+                continue
+            logger.warning("ended %d database session(s) of abandoned job(s) on %r", ended, alias)
+
+    def _leave_to_leases(self) -> None:
+        """(Dispatcher.) Stopping with the database unavailable: the jobs still held cannot be
+        recorded, their leases bring them back (spending the attempt of those that were
+        running)."""
+        self._abandoned = True
+        if self._held:
+            logger.warning(
+                "database unavailable at shutdown; %d claimed job(s) go back to the queue when "
+                "their lease expires",
+                len(self._held),
+            )
+
+    def _shutdown(self, database_down: bool = False) -> None:
         self._stop.set()
-        try:
-            self._flush_acks()
-            self.metrics.maybe_flush(self._connection(), force=True)
-            operations.unregister_worker(self._connection(), self.id)
-        except DatabaseError as error:
-            logger.warning("could not finish cleanly: %s", _one_line(error))
+        if not database_down:
+            try:
+                self._flush_acks()
+                self.metrics.maybe_flush(self._connection(), force=True)
+                operations.unregister_worker(self._connection(), self.id)
+            except DatabaseError as error:
+                logger.warning("could not finish cleanly: %s", _one_line(error))
         for _ in range(self.concurrency):
             self._todo.put(None)
         # Idle executors exit at once on None; busy ones (jobs given up on after the grace
@@ -678,8 +814,8 @@ class Worker:
         while True:
             try:
                 return operation()
-            except CONNECTION_ERRORS as error:
-                if self._force.is_set():
+            except DatabaseError as error:
+                if not _is_transient(error) or self._force.is_set() or self._past_give_up():
                     raise
                 logger.warning(
                     "database unavailable (%s); retrying in %.1fs", _one_line(error), delay
@@ -689,8 +825,14 @@ class Worker:
                 delay = min(delay * 2, 10.0)
 
     def _sleep(self, seconds: float) -> None:
+        """Wait, but not past the end of the shutdown grace (nor at all after a second signal:
+        callers check ``_past_give_up`` before waiting again, so this never spins)."""
         deadline = time.monotonic() + seconds
-        while (left := deadline - time.monotonic()) > 0 and not self._force.is_set():
+        while not self._force.is_set():
+            # a stop requested meanwhile shortens the wait
+            left = min(deadline, self._give_up_at or deadline) - time.monotonic()
+            if left <= 0:
+                return
             time.sleep(min(left, 0.1))
 
     def _listener(self) -> None:
@@ -744,8 +886,13 @@ class Worker:
     def _on_signal(self, signum, frame) -> None:
         name = signal.Signals(signum).name
         if self._stop.is_set():
-            logger.warning("%s again: not waiting for running jobs", name)
+            logger.warning(
+                "%s again: not waiting for running jobs; exiting within %gs",
+                name,
+                FORCED_EXIT_SECONDS,
+            )
             self.request_stop(force=True)
+            _exit_after(FORCED_EXIT_SECONDS)
         else:
             logger.info(
                 "%s: stopping; waiting up to %gs for %d running job(s)",
@@ -795,12 +942,192 @@ class Worker:
         s.window_finished = 0
 
 
+class _ExecutorConnections:
+    """One executor thread's database connections, made fit before each job and checked after
+    it, as Django's request cycle does around a request (``close_old_connections``).
+
+    Run by its executor thread only; the dispatcher reads ``job`` and ``backend_pids()`` to end
+    the statements of a job it abandons. Costs nothing to a job that touches no database.
+    """
+
+    def __init__(self) -> None:
+        self.wrappers = [connections[alias] for alias in connections]  # this thread's own
+        self.job: ClaimedJob | None = None  # the job running now
+        self._open_before: set[str] = set()  # aliases whose connection the job found open
+        self._used: set[str] = set()  # aliases the job ran statements on
+        self._session_changed = False
+        self.stale_connection_failed = False
+
+    def observing(self) -> ExitStack:
+        """Watch every statement of this thread's connections (see ``_observe``)."""
+        stack = ExitStack()
+        for wrapper in self.wrappers:
+            stack.enter_context(wrapper.execute_wrapper(self._observe))
+        return stack
+
+    def before_job(self, job: ClaimedJob) -> None:
+        """Close what the job must not get: a connection past ``CONN_MAX_AGE`` or broken
+        (Django's checks), or one whose server already hung up while it sat idle."""
+        for wrapper in self.wrappers:
+            if wrapper.connection is None:
+                continue
+            try:
+                wrapper.close_if_unusable_or_obsolete()  # also re-arms CONN_HEALTH_CHECKS
+                if wrapper.connection is not None and _hung_up(wrapper.connection):
+                    _discard(wrapper)
+            except Exception:  # noqa: BLE001 - a connection we cannot check is not kept
+                _discard(wrapper)
+        self._open_before = {w.alias for w in self.wrappers if w.connection is not None}
+        self._used.clear()
+        self._session_changed = False
+        self.stale_connection_failed = False
+        self.job = job
+
+    def after_job(self) -> TransactionLeftOpen | None:
+        """Put every connection back to idle autocommit with the session Django set up; the
+        error to charge the job with when it left a transaction open (rolled back here)."""
+        self.job = None
+        left_open = []
+        for wrapper in self.wrappers:
+            raw = wrapper.connection
+            if raw is None:
+                continue
+            try:
+                status = raw.info.transaction_status
+                if wrapper.in_atomic_block or status not in (
+                    TransactionStatus.IDLE,
+                    TransactionStatus.UNKNOWN,
+                ):
+                    left_open.append(wrapper.alias)
+                    _discard(wrapper)  # the server rolls back what the job left open
+                elif status == TransactionStatus.UNKNOWN:  # closed or broken
+                    _discard(wrapper)
+                elif self._session_changed and wrapper.alias in self._used:
+                    _discard(wrapper)  # a fresh session is the one Django configures
+                else:
+                    if not wrapper.get_autocommit():
+                        wrapper.set_autocommit(True)  # off, but nothing pending: no harm done
+                    wrapper.close_if_unusable_or_obsolete()
+            except Exception:  # noqa: BLE001 - a connection we cannot check is not kept
+                _discard(wrapper)
+        if not left_open:
+            return None
+        return TransactionLeftOpen(
+            "the job returned with its connection to database "
+            f"{', '.join(map(repr, left_open))} inside a transaction (a raw BEGIN, "
+            "transaction.set_autocommit(False) without a commit, or an atomic block never "
+            "exited); what it left uncommitted was rolled back"
+        )
+
+    def backend_pids(self) -> dict[str, list[int]]:
+        """The server processes of this executor's open connections, by alias (read by the
+        dispatcher: a plain attribute read of another thread's connection)."""
+        pids: dict[str, list[int]] = {}
+        for wrapper in self.wrappers:
+            raw = wrapper.connection
+            try:
+                pid = raw.info.backend_pid if raw is not None and not raw.closed else 0
+            except Exception:  # noqa: BLE001 - closed meanwhile
+                pid = 0
+            if pid:
+                pids.setdefault(wrapper.alias, []).append(pid)
+        return pids
+
+    def _observe(self, execute, sql, params, many, context):
+        """Note statements that change the session, and whether the job's first statement on a
+        connection it found open failed on that connection (it died while idle)."""
+        alias = context["connection"].alias
+        if not self._session_changed and isinstance(sql, str) and _SESSION_SQL.search(sql):
+            self._session_changed = True
+        if alias in self._used:
+            return execute(sql, params, many, context)
+        self._used.add(alias)
+        try:
+            return execute(sql, params, many, context)
+        except CONNECTION_ERRORS:
+            if alias in self._open_before:
+                self.stale_connection_failed = True
+            raise
+
+
+# Statements that change a session past its transaction: SET (not SET LOCAL, SET TRANSACTION,
+# SET CONSTRAINTS), RESET, DISCARD, set_config(). Over-matching costs one reconnection.
+_SESSION_SQL = re.compile(
+    r"^\s*(?:(?:set)\s+(?!local\b|transaction\b|constraints\b)|reset\b|discard\b)"
+    r"|\bset_config\s*\(",
+    re.IGNORECASE,
+)
+
+
+def _hung_up(raw) -> bool:
+    """True when an idle connection's socket has something to read. An executor's connection
+    never LISTENs, so that is the server's goodbye (terminated backend, idle_session_timeout,
+    shutdown) or EOF: no round trip needed to see it."""
+    if raw.closed or raw.broken:
+        return True
+    try:
+        fd = raw.pgconn.socket
+    except Exception:  # noqa: BLE001 - no socket: not usable
+        return True
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(0))
+    return bool(select.select([fd], [], [], 0)[0])
+
+
+def _discard(wrapper) -> None:
+    """Close a connection whatever state the job left it in; Django reconnects on next use
+    (``connect()`` resets the transaction state)."""
+    wrapper.in_atomic_block = False  # else close() keeps the dead connection for the block
+    try:
+        wrapper.close()
+    except Exception:  # noqa: BLE001
+        wrapper.connection = None
+
+
+def _check_transaction_kept(connection) -> None:
+    """Raise when an atomic job's transaction can no longer carry its completion."""
+    if connection.closed_in_transaction:
+        raise ConnectionClosedByJob(
+            "the job closed its database connection inside its atomic transaction "
+            "(connection.close() or close_old_connections()), so its writes were rolled back "
+            "and its completion cannot commit with them"
+        )
+    if connection.needs_rollback:
+        raise RolledBack(
+            "the job marked its transaction for rollback "
+            "(transaction.set_rollback), so its completion cannot commit with it"
+        )
+
+
 def _discard_if_broken(connection) -> None:
     """Close a connection that saw an error and no longer answers (Django reconnects lazily)."""
     if connection.connection is not None and connection.errors_occurred:
         if not connection.is_usable():
             connection.close()
         connection.errors_occurred = False
+
+
+def _is_transient(error: BaseException) -> bool:
+    """A database error worth waiting out (see TRANSIENT_SQLSTATES)."""
+    if isinstance(error, CONNECTION_ERRORS):  # psycopg's class for 08, 40, 53, 57P... too
+        return True
+    sqlstate = getattr(error.__cause__, "sqlstate", None) or ""
+    return sqlstate in TRANSIENT_SQLSTATES or sqlstate.startswith(TRANSIENT_SQLSTATE_CLASSES)
+
+
+def _exit_after(seconds: float) -> None:
+    """Leave the process after ``seconds`` if the orderly exit has not happened by then (a
+    statement or a connection attempt on an unreachable server can block for minutes)."""
+
+    def exit_now() -> None:
+        time.sleep(seconds)
+        logger.warning("forced stop: exiting now; claimed jobs return when their lease expires")
+        logging.shutdown()
+        os._exit(1)
+
+    threading.Thread(target=exit_now, name="pgjobs-forced-exit", daemon=True).start()
 
 
 def _send(signal_obj, **kwargs) -> None:

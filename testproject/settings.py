@@ -76,6 +76,12 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": database_from_url(throwaway_pg.database_url())}
+# Tests of connection handling between jobs run workers with persistent connections ("none") or
+# health checks; Django's defaults otherwise.
+if os.environ.get("PGJOBS_TEST_CONN_MAX_AGE"):
+    _max_age = os.environ["PGJOBS_TEST_CONN_MAX_AGE"]
+    DATABASES["default"]["CONN_MAX_AGE"] = None if _max_age == "none" else int(_max_age)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = os.environ.get("PGJOBS_TEST_CONN_HEALTH_CHECKS") == "1"
 # PGJOBS_TEST_JOBS_ALIAS: a second alias on the same database holding the jobs (what a project
 # with PGJOBS["DATABASE"] elsewhere does), for the tests of that setup.
 JOBS_ALIAS = os.environ.get("PGJOBS_TEST_JOBS_ALIAS", "default")

@@ -1,8 +1,9 @@
 """The chaos suite: real ``runjobs`` processes on real PostgreSQL while things go wrong.
 
 Scenarios: workers SIGKILLed at random and restarted, a PostgreSQL restart in the middle of a
-run, ``pg_terminate_backend`` on the workers' connections, a job running longer than its lease
-while its worker is alive, and a worker paused (SIGSTOP) past its lease then resumed.
+run, ``pg_terminate_backend`` on the workers' connections (while they run jobs, and while they
+are idle: that one asserts no attempt was spent), a job running longer than its lease while its
+worker is alive, and a worker paused (SIGSTOP) past its lease then resumed.
 
 Every scenario checks the same promises: every job either succeeded or sits in
 ``pgjobs_deadletter`` (0 lost); atomic jobs' effects happen exactly once; a non-atomic job runs
@@ -121,8 +122,18 @@ def _db_retry(query, attempts: int = 60):
     return query()
 
 
-def enqueue_chaos_jobs(prefix: str, jobs: int) -> tuple[dict[int, str], set[int]]:
+def enqueue_chaos_jobs(
+    prefix: str, jobs: int, max_attempts: int | None = None
+) -> tuple[dict[int, str], set[int]]:
     """Half plain ``record`` jobs, half ``record_atomic``; returns id -> label and atomic ids."""
+    record, record_atomic = (
+        (demo.record, demo.record_atomic)
+        if max_attempts is None
+        else (
+            demo.record.using(max_attempts=max_attempts),
+            demo.record_atomic.using(max_attempts=max_attempts),
+        )
+    )
     labels = [f"{prefix}-{i}" for i in range(jobs)]
     plain, atomic = labels[::2], labels[1::2]
     by_id: dict[int, str] = {}
@@ -130,11 +141,11 @@ def enqueue_chaos_jobs(prefix: str, jobs: int) -> tuple[dict[int, str], set[int]
     sleep = {"sleep": JOB_SECONDS}
     for start in range(0, len(plain), 2500):
         chunk = plain[start : start + 2500]
-        for row in demo.record.enqueue_many([((label,), sleep) for label in chunk]):
+        for row in record.enqueue_many([((label,), sleep) for label in chunk]):
             by_id[row.pk] = row.args[0]
     for start in range(0, len(atomic), 2500):
         chunk = atomic[start : start + 2500]
-        for row in demo.record_atomic.enqueue_many([((label,), sleep) for label in chunk]):
+        for row in record_atomic.enqueue_many([((label,), sleep) for label in chunk]):
             by_id[row.pk] = row.args[0]
             atomic_ids.add(row.pk)
     assert len(by_id) == jobs
@@ -427,6 +438,56 @@ def test_worker_connections_terminated(start_worker, capsys):
     run.figures.disruptions = rounds * WORKERS
     assert rounds >= 3, "the jobs ran out before three rounds of terminations; raise the jobs"
     run.finish(capsys, expect_reconnects=True)
+
+
+def test_connections_terminated_while_the_workers_are_idle(start_worker, capsys):
+    """Faults between jobs cost no attempt: waves of single-attempt jobs, and between waves,
+    while nothing is claimed anywhere, every backend of the workers (dispatchers, executors,
+    listeners) is terminated. Every job must run once, on its first attempt: none is
+    dead-lettered, none retried."""
+    rounds = 5
+    app_name = "pgjobs-chaos-idle"
+    figures = Figures("idle-connections-terminated")
+    env = {**CHAOS_ENV, "PGJOBS_TEST_CONN_MAX_AGE": "none", "PGAPPNAME": app_name}
+    workers = [
+        start_worker("--concurrency", str(CONCURRENCY), "--prefetch", str(PREFETCH), env=env)
+        for _ in range(WORKERS)
+    ]
+    by_id: dict[int, str] = {}
+    atomic_ids: set[int] = set()
+    started = time.monotonic()
+    with psycopg.connect(database_url_for_tests(), autocommit=True) as admin:
+        for wave in range(rounds + 1):
+            if wave:  # the workers are idle: the previous wave is done
+                assert not running_claims(admin)
+                figures.terminated += _count(
+                    admin,
+                    "SELECT count(pg_terminate_backend(pid, 10000)) FROM pg_stat_activity "
+                    "WHERE application_name = %s",
+                    app_name,
+                )
+                figures.disruptions += 1
+            ids, atomic = enqueue_chaos_jobs(f"idle-{wave}", JOBS // (rounds + 1), max_attempts=1)
+            by_id |= ids
+            atomic_ids |= atomic
+            wait_until(lambda: not Job.objects.exists(), timeout=TIMEOUT, interval=0.2)
+    figures.seconds = round(time.monotonic() - started, 1)
+    figures.jobs, figures.atomic = len(by_id), len(atomic_ids)
+    stop_and_check_survivors(workers)
+    assert any("database unavailable" in worker.output() for worker in workers)
+    runs = Tally(Execution.objects.filter(job_id__in=list(by_id)).values_list("job_id", "attempt"))
+    dead = DeadLetter.objects.filter(job_id__in=list(by_id))
+    figures.dead_lettered = dead.count()
+    figures.lost = len(
+        by_id.keys() - {job_id for job_id, _ in runs} - set(dead.values_list("job_id", flat=True))
+    )
+    figures.duplicated = sum(count - 1 for count in runs.values())
+    figures.publish(capsys)
+    assert not figures.dead_lettered, list(dead.values("job_id", "reason")[:5])
+    assert figures.lost == 0 and figures.duplicated == 0, figures
+    assert set(runs) == {(job_id, 1) for job_id in by_id}, "an attempt was spent on a fault"
+    counters = dict(Counter.objects.values_list("name", "value"))
+    assert all(counters.get(by_id[job_id]) == 1 for job_id in atomic_ids)
 
 
 def _backend_pid() -> int:

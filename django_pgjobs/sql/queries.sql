@@ -300,6 +300,12 @@ WHERE last_seen_at < now() - %(forget_seconds)s * interval '1 second'
 -- Remove a worker from the registry when it stops.
 DELETE FROM pgjobs_worker WHERE id = %(id)s;
 
+-- name: terminate_backends
+-- End the server processes of jobs a stopping worker abandons (their statements and locks go
+-- with them); `pids` are the worker's own executor connections. Returns how many were ended.
+SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) AS ended
+FROM unnest(%(pids)s::int[]) AS pid;
+
 -- name: requeue_dead_letters
 -- Move dead letters back to pgjobs_job as fresh 'ready' jobs (attempts reset, error history
 -- kept), in one statement: each dead letter disappears exactly when its job reappears, and

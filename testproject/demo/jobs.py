@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -55,6 +56,47 @@ def record_atomic(label: str, sleep: float = 0.0) -> None:
     _record(label)
     Counter.objects.get_or_create(name=label)
     Counter.objects.filter(name=label).update(value=F("value") + 1)
+
+
+@job(max_attempts=1)
+def leave_transaction_open(label: str, how: str) -> None:
+    """Writes, then returns inside a transaction, as older code and raw SQL sometimes do."""
+    if how == "set_autocommit":
+        transaction.set_autocommit(False)
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute("BEGIN")
+    _record(label)
+
+
+@job
+def commit_with_autocommit_off(label: str) -> None:
+    """Turns autocommit off, writes and commits: nothing is left open, only the mode."""
+    transaction.set_autocommit(False)
+    _record(label)
+    transaction.commit()
+
+
+@job
+def change_search_path() -> None:
+    """Points the session at a schema that does not exist and returns."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET search_path TO nowhere")
+
+
+@job(atomic=True)
+def hold_row_lock(name: str, seconds: float) -> None:
+    """Locks the counter ``name`` and keeps it locked in a long statement."""
+    Counter.objects.select_for_update().get(name=name)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_sleep(%s)", [seconds])
+
+
+@job(atomic=True, max_attempts=1)
+def close_connection_atomic(label: str) -> None:
+    """Writes, then closes its connection inside its atomic transaction."""
+    _record(label)
+    connection.close()
 
 
 @job(atomic=True, max_attempts=2, retry=RetryPolicy(base_seconds=0.1, cap_seconds=0.1))
