@@ -175,7 +175,8 @@ def complete_jobs(connection: Connection, jobs: Sequence[ClaimedJob]) -> set[int
     """
     if not jobs:
         return set()
-    name = "complete_jobs_retained" if get_config().KEEP_SUCCEEDED_SECONDS > 0 else "complete_jobs"
+    retain = get_config().KEEP_SUCCEEDED_SECONDS > 0
+    name = "complete_jobs_retained" if retain else "complete_jobs"
     return set(db.ids_of(db.execute(connection, name, _pairs(jobs))))
 
 
@@ -195,7 +196,6 @@ def complete_and_claim_jobs(
     params = _pairs(done)
     params.update(
         {
-            "retain": get_config().KEEP_SUCCEEDED_SECONDS > 0,
             "limit": limit,
             "worker": worker,
             "all_queues": queues is None,
@@ -204,7 +204,9 @@ def complete_and_claim_jobs(
             "token": uuid.uuid4(),
         }
     )
-    rows = db.execute(connection, "complete_and_claim_jobs", params)
+    retain = get_config().KEEP_SUCCEEDED_SECONDS > 0
+    name = "complete_retained_and_claim_jobs" if retain else "complete_and_claim_jobs"
+    rows = db.execute(connection, name, params)
     completed: set[int] = set()
     claimed = []
     for row in rows:
