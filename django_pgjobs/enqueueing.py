@@ -11,23 +11,21 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db.models.base import ModelState
 from django.utils import timezone
 
-from . import db, registry, signals
+from . import db, signals
 from .conf import get_config
 from .models import Job
 from .payload import dump_arguments
-from .registry import JobDefinition, check_unique_key
+from .validation import check_unique_key
 
-__all__ = ["enqueue", "enqueue_definition", "enqueue_many"]
+if TYPE_CHECKING:  # registry imports this module (JobDefinition.enqueue)
+    from .registry import JobDefinition
 
-
-def enqueue(job: JobDefinition | str, *args: Any, **kwargs: Any) -> Job:
-    """Enqueue ``job`` (a ``@job`` function or its registered name) with these arguments."""
-    return enqueue_definition(registry.resolve(job), args, kwargs)
+__all__ = ["enqueue_definition", "enqueue_many"]
 
 
 def _row_params(definition: JobDefinition, args: tuple | list, kwargs: dict) -> dict[str, Any]:
@@ -133,7 +131,7 @@ def enqueue_definition(definition: JobDefinition, args: tuple | list, kwargs: di
 
 
 def enqueue_many(
-    definition: JobDefinition | str, calls: Iterable[tuple | list | tuple[tuple, dict]]
+    definition: JobDefinition, calls: Iterable[tuple | list | tuple[tuple, dict]]
 ) -> list[Job]:
     """Enqueue many jobs of one kind in a single INSERT.
 
@@ -141,7 +139,6 @@ def enqueue_many(
     item is a dict. Jobs whose unique key is already in flight are skipped: the returned list
     holds the inserted jobs only.
     """
-    definition = registry.resolve(definition)
     inputs: list[tuple[list, dict, str | None]] = []
     columns: dict[str, list[Any]] = {"args": [], "kwargs": [], "unique_keys": []}
     for call in calls:

@@ -33,6 +33,7 @@ from django.utils import timezone
 from . import db
 from .conf import get_config
 from .limits import ERROR_TYPE_MAX
+from .validation import check_queue
 
 Connection = BaseDatabaseWrapper
 
@@ -291,8 +292,6 @@ def paused_queues(connection: Connection) -> list[str]:
 
 
 def set_queue_paused(connection: Connection, queue: str, paused: bool) -> None:
-    from .registry import check_queue
-
     db.execute(connection, "set_queue_paused", {"name": check_queue(queue), "paused": paused})
 
 
