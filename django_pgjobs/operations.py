@@ -18,7 +18,6 @@ Planned at each run, they always walk the indexes; the planning costs less than 
 from __future__ import annotations
 
 import json
-import traceback as tb
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -28,11 +27,9 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.utils import timezone
 
 from . import db
 from .conf import get_config
-from .limits import ERROR_TYPE_MAX
 from .validation import check_queue
 
 Connection = BaseDatabaseWrapper
@@ -61,71 +58,6 @@ class ClaimedJob:
     @property
     def is_last_attempt(self) -> bool:
         return self.attempts >= self.max_attempts
-
-
-def error_entry(
-    attempt: int,
-    error: BaseException | None = None,
-    *,
-    error_type: str | None = None,
-    message: str | None = None,
-    worker: str = "",
-    with_traceback: bool = True,
-) -> dict[str, Any]:
-    """One element of a job's ``errors`` list, truncated to ``MAX_ERROR_CHARS``.
-
-    Whatever a handler raised, the entry is text jsonb can store (see ``_storable``), so recording
-    a failure can never fail in turn.
-    """
-    limit = get_config().MAX_ERROR_CHARS
-    if error is not None:
-        error_type = error_type or f"{type(error).__module__}.{type(error).__qualname__}"
-        error_type = error_type.removeprefix("builtins.")
-        message = message if message is not None else _str_of(error)
-        try:
-            trace = "".join(tb.format_exception(type(error), error, error.__traceback__))
-        except Exception:  # noqa: BLE001 - a broken exception must not break the worker
-            trace = ""
-    else:
-        trace = ""
-    message = message or ""
-    if not with_traceback:
-        trace = ""
-    return {
-        "at": timezone.now().isoformat(),
-        "attempt": attempt,
-        "type": _storable(error_type or "Error")[:ERROR_TYPE_MAX],
-        "message": _storable(_truncate(message, limit)),
-        "traceback": _storable(_truncate(trace, limit)),
-        "worker": worker,
-    }
-
-
-def _str_of(error: BaseException) -> str:
-    try:
-        return str(error)
-    except Exception:  # noqa: BLE001 - same wording as the traceback module
-        return "<exception str() failed>"
-
-
-def _storable(text: str) -> str:
-    """``text`` with what jsonb and PostgreSQL text refuse escaped: NUL characters and lone
-    surrogates (left by bytes decoded with ``errors="surrogateescape"``)."""
-    text = text.replace("\x00", "\\x00")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
-
-
-def _truncate(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    cut = len(text) - limit
-    # keep the head (what was raised) and the tail (where), drop the middle
-    head = limit // 2
-    return f"{text[:head]}\n[... {cut} characters truncated ...]\n{text[-(limit - head) :]}"
 
 
 # -- claiming and finishing ---------------------------------------------------------------------
