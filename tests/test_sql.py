@@ -14,7 +14,7 @@ from django_pgjobs import sql
 PACKAGE = Path(django_pgjobs.__file__).parent
 #: Functions whose argument names a statement: (function name, index of that argument).
 RUNNERS = {"execute": 1, "execute_prepared": 1, "estimate_rows": 1, "query": 0}
-PACKAGE_MODULES = {"db", "sql", "metrics", "queue_stats"}
+PACKAGE_MODULES = {"db", "sql", "overview"}
 
 
 def _names_in(node: ast.AST) -> set[str]:

@@ -13,8 +13,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 
-from .. import metrics
-from . import display
+from . import display, overview
 from .actions import DEAD_LETTER_ACTIONS, Action
 from .base import (
     CappedChangeList,
@@ -58,13 +57,13 @@ class FailedWithinFilter(admin.SimpleListFilter):
 class ErrorTypeFilter(ValueFilter):
     title = "error type"
     parameter_name = field = "error_type"
-    values_from = staticmethod(metrics.dead_letter_error_types)
+    values_from = staticmethod(overview.dead_letter_error_types)
 
 
 class NameFilter(ValueFilter):
     title = "job name"
     parameter_name = field = "name"
-    values_from = staticmethod(metrics.dead_letter_names)
+    values_from = staticmethod(overview.dead_letter_names)
 
 
 class DeadLetterChangeList(CappedChangeList):
@@ -148,7 +147,7 @@ class DeadLetterAdmin(JobRowAdmin):
     def summary(self, request):
         """Dead letters of the last 7 days by error type, by job name, and by both."""
         require_view(self, request)
-        groups = metrics.dead_letter_groups(self.connection())
+        groups = overview.dead_letter_groups(self.connection())
         by_type: dict[str, list[int]] = {}
         by_name: dict[str, list[int]] = {}
         for group in groups:
@@ -168,7 +167,7 @@ class DeadLetterAdmin(JobRowAdmin):
             by_type=ranked(by_type),
             by_name=ranked(by_name),
             changelist_url=reverse(self.url_name("changelist")),
-            estimate=metrics.table_row_estimates(self.connection()).get("pgjobs_deadletter", 0),
+            estimate=overview.table_row_estimates(self.connection()).get("pgjobs_deadletter", 0),
         )
         return TemplateResponse(request, "admin/django_pgjobs/deadletter_summary.html", context)
 

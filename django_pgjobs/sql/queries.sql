@@ -362,7 +362,7 @@ ORDER BY minute, queue;
 -- name: live_jobs_by_queue
 -- Ready and running jobs per queue, split into the operator views of states.View, and the
 -- leases past expiry. Reads every live row (never retained history): the dashboard only runs it
--- while pgjobs_job is small (metrics.EXACT_COUNT_ROWS).
+-- while pgjobs_job is small (admin/overview.py, EXACT_COUNT_ROWS).
 SELECT queue,
        count(*) FILTER (WHERE status = 'ready' AND attempts = 0 AND run_after <= now()) AS due,
        count(*) FILTER (WHERE status = 'ready' AND attempts = 0 AND run_after > now())
