@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from . import display, overview
-from .actions import DEAD_LETTER_ACTIONS, Action
+from .actions import DEAD_LETTER_ACTIONS, Action, bulk_actions
 from .base import (
     CappedChangeList,
     JobRowAdmin,
@@ -91,7 +91,7 @@ class DeadLetterAdmin(JobRowAdmin):
         "A dead letter id, the id the job had, a job name (full or its function name), an error "
         "type or a unique key."
     )
-    actions = ("requeue", "delete")
+    actions = bulk_actions(DEAD_LETTER_ACTIONS)
     row_actions = DEAD_LETTER_ACTIONS
     dead_letters = True
     fieldsets = (
@@ -188,7 +188,7 @@ class DeadLetterAdmin(JobRowAdmin):
         messages.success(request, spec.message(len(done)))
         return HttpResponseRedirect(reverse(self.url_name("changelist")))
 
-    def _bulk(self, request, queryset, spec: Action) -> None:
+    def bulk(self, request, queryset, spec: Action) -> None:
         ids, truncated = self.bulk_ids(queryset)
         done = spec.operation(self.connection(), ids) if ids else []
         skipped = len(ids) - len(done)
@@ -197,11 +197,3 @@ class DeadLetterAdmin(JobRowAdmin):
             why = f"{plural(skipped, 'selected dead letter')} {'was' if skipped == 1 else 'were'} "
             why += f"left alone ({GONE})."
         self.report(request, spec.message(len(done)), why, truncated)
-
-    @admin.action(description=DEAD_LETTER_ACTIONS["requeue"].description, permissions=["operate"])
-    def requeue(self, request, queryset):
-        self._bulk(request, queryset, DEAD_LETTER_ACTIONS["requeue"])
-
-    @admin.action(description=DEAD_LETTER_ACTIONS["delete"].description, permissions=["remove"])
-    def delete(self, request, queryset):
-        self._bulk(request, queryset, DEAD_LETTER_ACTIONS["delete"])
