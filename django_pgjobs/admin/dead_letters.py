@@ -137,8 +137,6 @@ class DeadLetterAdmin(JobRowAdmin):
     def original_job(self, obj):
         return f"#{obj.job_id}"
 
-    # -- detail ---------------------------------------------------------------------------------
-
     # -- pages and actions ----------------------------------------------------------------------
 
     def extra_urls(self):

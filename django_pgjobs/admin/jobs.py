@@ -211,8 +211,6 @@ class JobAdmin(JobRowAdmin):
             display.relative(obj.lease_expires_at),
         )
 
-    # -- detail ---------------------------------------------------------------------------------
-
     # -- detail and actions -----------------------------------------------------------------------
 
     def actions_for(self, request, obj) -> list[Action]:
