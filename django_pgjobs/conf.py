@@ -81,7 +81,7 @@ class Config:
     LISTEN_NOTIFY: bool = True
     #: Run enqueue's INSERT as a server-side prepared statement. Turn off behind PgBouncer older
     #: than 1.21 in transaction mode (1.21+ with ``max_prepared_statements`` handles them). The
-    #: worker's statements are never prepared (see ``operations``).
+    #: worker's statements are never prepared (docs/explanation/claim.md).
     PREPARED_STATEMENTS: bool = True
     #: Retry policy: delay = min(cap, base * factor ** (attempt - 1)), minus up to jitter * delay.
     RETRY_BASE_SECONDS: float = setting(2.0, SECONDS)

@@ -74,10 +74,7 @@ def _to_job(row: dict[str, Any], alias: str) -> Job:
 
 
 #: Seconds during which a process sends at most one notification per queue for jobs enqueued
-#: outside a transaction. NOTIFY takes a cluster-wide lock through the commit, so notifying
-#: transactions commit one at a time; with many producers that is the bottleneck. A worker woken
-#: by a notification claims again shortly after (``worker.ECHO_POLL_SECONDS``), which picks up
-#: the jobs whose notification was skipped.
+#: outside a transaction: NOTIFY serializes commits (docs/explanation/notifications.md).
 NOTIFY_COALESCE_SECONDS = 0.01
 _last_notified: dict[tuple[str, str], float] = {}
 

@@ -6,13 +6,9 @@ that act on a claimed job are fenced: they take the claim token and do nothing w
 longer held under that token (its lease expired and it was rescued, maybe claimed again), so a
 worker that lost its lease can never complete or fail a job someone else now holds.
 
-None of these statements is a server-side prepared statement (only enqueue's INSERT is, see
-``db.execute_prepared``). A prepared statement switches to a generic plan after five runs, made
-from the table's statistics of that moment, and keeps it until the table is analyzed again. A
-worker idling on an empty queue gets a generic claim (and acknowledgement) that scans the whole
-table, and a burst of jobs then drains through sequential scans until autovacuum comes round:
-measured at 8.3k instead of 23k jobs/s on 30,000 jobs, and far worse on a bigger backlog.
-Planned at each run, they always walk the indexes; the planning costs less than it saves.
+None of these statements is prepared: a generic plan made while the queue idled would scan the
+whole table through the next burst (docs/explanation/claim.md). Fencing:
+docs/explanation/leases.md.
 """
 
 from __future__ import annotations

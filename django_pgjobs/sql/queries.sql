@@ -58,18 +58,9 @@ SELECT * FROM pgjobs_job
 WHERE unique_key = %(unique_key)s AND status IN ('ready', 'running');
 
 -- name: claim_jobs
--- Claim up to `limit` due jobs for one worker, in one statement.
--- Why this shape: the inner SELECT walks pgjobs_job_claim_idx (partial: status = 'ready') in
--- claim order and stops after `limit` rows; FOR UPDATE SKIP LOCKED makes concurrent workers step
--- over each other's candidates instead of waiting, so N workers never block each other and
--- never claim the same row. Paused queues are read in the same statement (pgjobs_queue is tiny),
--- so a pause takes effect on every worker's next claim. The UPDATE counts the attempt now (a job
--- that kills its worker still spends attempts), stamps a fresh fencing token and sets the lease. `all_queues` is bound as a
--- literal, so the planner drops the queue test when a worker serves every queue. A ready row
--- whose max_attempts was lowered below its attempts gets this one last attempt (raising
--- max_attempts to match) instead of failing the attempts check and the whole claim with it.
--- The times come back as epoch seconds and the claim token not at all (the caller chose it):
--- decoding two timestamptz and a uuid per row was a third of a busy worker's dispatcher time.
+-- Claim up to `limit` due jobs for one worker, in one statement: the partial claim index in
+-- claim order, SKIP LOCKED so workers never wait for each other, attempt counted and fencing
+-- token stamped at claim time. Why each part: docs/explanation/claim.md.
 WITH candidates AS (
     SELECT id
     FROM pgjobs_job
