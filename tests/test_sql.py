@@ -14,6 +14,7 @@ from django_pgjobs import sql
 PACKAGE = Path(django_pgjobs.__file__).parent
 #: Functions whose argument names a statement: (function name, index of that argument).
 RUNNERS = {"execute": 1, "execute_prepared": 1, "estimate_rows": 1, "query": 0}
+#: Modules called through their name (`db.execute`), as opposed to `cursor.execute`.
 PACKAGE_MODULES = {"db", "sql", "overview"}
 
 
