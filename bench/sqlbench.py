@@ -68,7 +68,6 @@ def _claim_params(done: list[int], token, limit: int) -> dict:
     return {
         "ids": done,
         "tokens": [token] * len(done),
-        "retain": False,
         "limit": limit,
         "worker": "bench",
         "all_queues": True,

@@ -4,6 +4,8 @@ Public API: ``job`` (decorator), ``enqueue``, ``enqueue_many``, ``RetryPolicy``;
 ``django_pgjobs.models`` (``Job``, ``DeadLetter``); the worker is ``manage.py runjobs``.
 """
 
+from __future__ import annotations
+
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -11,8 +13,22 @@ __all__ = ["job", "enqueue", "enqueue_many", "RetryPolicy", "UnknownJobError", "
 
 if TYPE_CHECKING:
     from .backoff import RetryPolicy
-    from .enqueueing import enqueue, enqueue_many
-    from .registry import UnknownJobError, job
+    from .models import Job
+    from .registry import JobDefinition, UnknownJobError, job
+
+
+def enqueue(job: JobDefinition | str, *args: Any, **kwargs: Any) -> Job:
+    """Enqueue ``job`` (a ``@job`` function or its registered name) with these arguments."""
+    from .registry import resolve
+
+    return resolve(job).enqueue(*args, **kwargs)
+
+
+def enqueue_many(job: JobDefinition | str, calls: Any) -> list[Job]:
+    """Enqueue one ``job`` per item of ``calls`` in a single INSERT (see ``<job>.enqueue_many``)."""
+    from .registry import resolve
+
+    return resolve(job).enqueue_many(calls)
 
 
 def __getattr__(name: str) -> Any:
@@ -21,10 +37,6 @@ def __getattr__(name: str) -> Any:
         from .registry import job
 
         return job
-    if name in ("enqueue", "enqueue_many"):
-        from . import enqueueing as module
-
-        return getattr(module, name)
     if name == "RetryPolicy":
         from .backoff import RetryPolicy
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from .conf import get_config
 from .limits import MAX_SECONDS
 
 
@@ -43,8 +44,6 @@ class RetryPolicy:
 
     @classmethod
     def from_settings(cls) -> RetryPolicy:
-        from .conf import get_config
-
         config = get_config()
         return cls(
             base_seconds=config.RETRY_BASE_SECONDS,

@@ -1,15 +1,17 @@
 """Settings: the one module that reads ``settings.PGJOBS``.
 
-Every key, its type and its default is listed in ``DEFAULTS`` and documented in
-docs/reference/settings.md. ``get_config()`` is cached and cleared on ``setting_changed`` so
-``override_settings(PGJOBS=...)`` works in tests.
+Every key is declared once, as a field of ``Config``: its type (the annotation), its default
+and its range (``setting(default, bounds)``); ``validate()``, ``get_config()`` and the system
+check pgjobs.E002 read those declarations. Documented in docs/reference/settings.md.
+``get_config()`` is cached and cleared on ``setting_changed`` so ``override_settings(PGJOBS=...)``
+works in tests.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from django.conf import settings
@@ -17,6 +19,44 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from .limits import MAX_SECONDS
+from .validation import check_queue
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The range of a numeric setting; ``problem()`` says what is wrong with a value."""
+
+    low: float | None = None
+    low_included: bool = True
+    high: float | None = None
+    why: str = ""
+
+    def problem(self, key: str, value: float) -> str | None:
+        if self.high is not None and self.high != MAX_SECONDS:  # a closed range: name both ends
+            if not self.low <= value <= self.high:
+                return f"{key} must be between {self.low:g} and {self.high:g}, not {value!r}"
+            return None
+        if self.low is not None and (
+            value < self.low or (value == self.low and not self.low_included)
+        ):
+            wanted = f"{self.low:g} or more" if self.low_included else f"greater than {self.low:g}"
+            return f"{key} must be {wanted}{self.why}, not {value!r}"
+        if self.high is not None and value > self.high:
+            return f"{key} must be at most {MAX_SECONDS:,} seconds (10 years), not {value!r}"
+        return None
+
+
+#: Durations: bounded by ``MAX_SECONDS`` so that ``now() + value`` stays a valid PostgreSQL
+#: timestamp (a bigger one would fail inside the worker, not here).
+POSITIVE_SECONDS = Bounds(low=0, low_included=False, high=MAX_SECONDS)
+SECONDS = Bounds(low=0, high=MAX_SECONDS)
+POSITIVE = Bounds(low=0, low_included=False)
+
+
+def setting(default: Any, bounds: Bounds | None = None, check: Any = None) -> Any:
+    """A field of ``Config``: its default, and the range or check its values must pass (its type
+    is the field's annotation)."""
+    return field(default=default, metadata={"bounds": bounds, "check": check})
 
 
 @dataclass(frozen=True)
@@ -24,145 +64,92 @@ class Config:
     #: Django database alias that holds the jobs tables.
     DATABASE: str = "default"
     #: Queue used when neither the job nor the call names one.
-    DEFAULT_QUEUE: str = "default"
+    DEFAULT_QUEUE: str = setting("default", check=check_queue)
     #: Attempts a job gets unless it says otherwise (attempts are counted at claim time).
-    DEFAULT_MAX_ATTEMPTS: int = 5
+    DEFAULT_MAX_ATTEMPTS: int = setting(5, POSITIVE)
     #: Default of ``@job(atomic=...)``: run the handler and its completion in one transaction.
     DEFAULT_ATOMIC: bool = False
     #: Seconds a claim is valid without a heartbeat; an expired lease gets the job rescued.
-    LEASE_SECONDS: float = 60.0
+    LEASE_SECONDS: float = setting(60.0, POSITIVE_SECONDS)
     #: Seconds between lease extensions (and worker-registry updates) while jobs run.
-    HEARTBEAT_SECONDS: float = 10.0
+    HEARTBEAT_SECONDS: float = setting(10.0, POSITIVE_SECONDS)
     #: Seconds between checks for expired leases.
-    RESCUE_INTERVAL_SECONDS: float = 15.0
+    RESCUE_INTERVAL_SECONDS: float = setting(15.0, POSITIVE_SECONDS)
     #: Seconds a worker sleeps between polls when nothing wakes it earlier.
-    POLL_INTERVAL_SECONDS: float = 1.0
+    POLL_INTERVAL_SECONDS: float = setting(1.0, POSITIVE_SECONDS)
     #: Wake workers with LISTEN/NOTIFY. Turn off behind PgBouncer in transaction mode.
     LISTEN_NOTIFY: bool = True
     #: Run enqueue's INSERT as a server-side prepared statement. Turn off behind PgBouncer older
     #: than 1.21 in transaction mode (1.21+ with ``max_prepared_statements`` handles them). The
-    #: worker's statements are never prepared (see ``operations``).
+    #: worker's statements are never prepared (docs/explanation/claim.md).
     PREPARED_STATEMENTS: bool = True
     #: Retry policy: delay = min(cap, base * factor ** (attempt - 1)), minus up to jitter * delay.
-    RETRY_BASE_SECONDS: float = 2.0
-    RETRY_FACTOR: float = 2.0
-    RETRY_CAP_SECONDS: float = 3600.0
-    RETRY_JITTER: float = 0.5
+    RETRY_BASE_SECONDS: float = setting(2.0, SECONDS)
+    RETRY_FACTOR: float = setting(2.0, Bounds(low=1, why=" (delays never shrink)"))
+    RETRY_CAP_SECONDS: float = setting(3600.0, SECONDS)
+    RETRY_JITTER: float = setting(0.5, Bounds(low=0, high=1))
     #: Keep successful jobs this many seconds (status ``successful``); 0 deletes them at once.
-    KEEP_SUCCEEDED_SECONDS: float = 0.0
+    KEEP_SUCCEEDED_SECONDS: float = setting(0.0, SECONDS)
     #: Seconds a worker waits for running jobs after SIGTERM/SIGINT before it gives up on them.
-    SHUTDOWN_GRACE_SECONDS: float = 30.0
+    SHUTDOWN_GRACE_SECONDS: float = setting(30.0, SECONDS)
     #: Largest accepted JSON payload (args + kwargs), in bytes.
-    MAX_PAYLOAD_BYTES: int = 1_048_576
+    MAX_PAYLOAD_BYTES: int = setting(1_048_576, POSITIVE)
     #: Longest error text (message + traceback) kept per attempt, in characters.
-    MAX_ERROR_CHARS: int = 20_000
+    MAX_ERROR_CHARS: int = setting(20_000, POSITIVE)
     #: Modules imported at start-up besides every installed app's ``jobs`` module.
     JOB_MODULES: tuple[str, ...] = ()
     #: Argument keys whose values are shown as ``'********'`` in the admin and logs.
     REDACT_KEYS: tuple[str, ...] = ()
 
 
-DEFAULTS = Config()
-
-_TYPES: dict[str, tuple[type, ...]] = {
-    "DATABASE": (str,),
-    "DEFAULT_QUEUE": (str,),
-    "DEFAULT_MAX_ATTEMPTS": (int,),
-    "DEFAULT_ATOMIC": (bool,),
-    "LEASE_SECONDS": (int, float),
-    "HEARTBEAT_SECONDS": (int, float),
-    "RESCUE_INTERVAL_SECONDS": (int, float),
-    "POLL_INTERVAL_SECONDS": (int, float),
-    "LISTEN_NOTIFY": (bool,),
-    "PREPARED_STATEMENTS": (bool,),
-    "RETRY_BASE_SECONDS": (int, float),
-    "RETRY_FACTOR": (int, float),
-    "RETRY_CAP_SECONDS": (int, float),
-    "RETRY_JITTER": (int, float),
-    "KEEP_SUCCEEDED_SECONDS": (int, float),
-    "SHUTDOWN_GRACE_SECONDS": (int, float),
-    "MAX_PAYLOAD_BYTES": (int,),
-    "MAX_ERROR_CHARS": (int,),
-    "JOB_MODULES": (list, tuple),
-    "REDACT_KEYS": (list, tuple),
+#: The Python values each annotation of ``Config`` accepts in ``settings.PGJOBS``.
+ACCEPTED_TYPES: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "int": (int,),
+    "bool": (bool,),
+    "float": (int, float),
+    "tuple[str, ...]": (list, tuple),
 }
-
-
-#: Keys holding durations. Each is bounded by ``MAX_SECONDS`` so that ``now() + value`` stays a
-#: valid PostgreSQL timestamp (a bigger one would fail inside the worker, not here).
-SECONDS_KEYS = (
-    "LEASE_SECONDS",
-    "HEARTBEAT_SECONDS",
-    "RESCUE_INTERVAL_SECONDS",
-    "POLL_INTERVAL_SECONDS",
-    "RETRY_BASE_SECONDS",
-    "RETRY_CAP_SECONDS",
-    "KEEP_SUCCEEDED_SECONDS",
-    "SHUTDOWN_GRACE_SECONDS",
-)
+FIELDS = {f.name: f for f in fields(Config)}
+DEFAULTS = Config()
 
 
 class ConfigError(ValueError):
     """``settings.PGJOBS`` holds an unknown key or a value of the wrong type or range."""
 
 
+def _type_problem(key: str, value: Any) -> str | None:
+    types = ACCEPTED_TYPES[FIELDS[key].type]
+    if isinstance(value, bool) and bool not in types:
+        return f"{key} must be a number, not {value!r}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{key} must be a finite number, not {value!r}"
+    if not isinstance(value, types):
+        names = " or ".join(t.__name__ for t in types)
+        return f"{key} must be {names}, not {type(value).__name__}"
+    return None
+
+
 def validate(raw: dict[str, Any]) -> list[str]:
     """Return one human-readable problem per bad key of ``raw`` (empty when all is well)."""
     problems = []
-    known = {f.name for f in fields(Config)}
     for key, value in raw.items():
-        if key not in known:
-            problems.append(f"unknown key {key!r} (known keys: {', '.join(sorted(known))})")
-            continue
-        types = _TYPES[key]
-        if isinstance(value, bool) and bool not in types:
-            problems.append(f"{key} must be a number, not {value!r}")
-        elif isinstance(value, float) and not math.isfinite(value):
-            problems.append(f"{key} must be a finite number, not {value!r}")
-        elif not isinstance(value, types):
-            names = " or ".join(t.__name__ for t in types)
-            problems.append(f"{key} must be {names}, not {type(value).__name__}")
+        if key not in FIELDS:
+            problems.append(f"unknown key {key!r} (known keys: {', '.join(sorted(FIELDS))})")
+        elif problem := _type_problem(key, value):
+            problems.append(problem)
     if problems:
         return problems
-    merged = {**{f.name: getattr(DEFAULTS, f.name) for f in fields(Config)}, **raw}
-    positive = (
-        "LEASE_SECONDS",
-        "HEARTBEAT_SECONDS",
-        "RESCUE_INTERVAL_SECONDS",
-        "POLL_INTERVAL_SECONDS",
-        "RETRY_FACTOR",
-        "MAX_PAYLOAD_BYTES",
-        "MAX_ERROR_CHARS",
-        "DEFAULT_MAX_ATTEMPTS",
-    )
-    for key in positive:
-        if merged[key] <= 0:
-            problems.append(f"{key} must be greater than 0, not {merged[key]!r}")
-    for key in (
-        "RETRY_BASE_SECONDS",
-        "RETRY_CAP_SECONDS",
-        "KEEP_SUCCEEDED_SECONDS",
-        "SHUTDOWN_GRACE_SECONDS",
-    ):
-        if merged[key] < 0:
-            problems.append(f"{key} must be 0 or more, not {merged[key]!r}")
-    for key in SECONDS_KEYS:
-        if merged[key] > MAX_SECONDS:
-            problems.append(
-                f"{key} must be at most {MAX_SECONDS:,} seconds (10 years), not {merged[key]!r}"
-            )
-    if merged["RETRY_FACTOR"] < 1:
-        problems.append(
-            f"RETRY_FACTOR must be 1 or more (delays never shrink), not {merged['RETRY_FACTOR']!r}"
-        )
-    from .registry import check_queue  # registry reads settings through this module
-
-    try:
-        check_queue(merged["DEFAULT_QUEUE"])
-    except ValueError as error:
-        problems.append(f"DEFAULT_QUEUE: {error}")
-    if not 0 <= merged["RETRY_JITTER"] <= 1:
-        problems.append(f"RETRY_JITTER must be between 0 and 1, not {merged['RETRY_JITTER']!r}")
+    merged = {**{name: getattr(DEFAULTS, name) for name in FIELDS}, **raw}
+    for name, declared in FIELDS.items():
+        bounds, check = declared.metadata.get("bounds"), declared.metadata.get("check")
+        if bounds is not None and (problem := bounds.problem(name, merged[name])):
+            problems.append(problem)
+        if check is not None:
+            try:
+                check(merged[name])
+            except ValueError as error:
+                problems.append(f"{name}: {error}")
     if merged["HEARTBEAT_SECONDS"] * 2 > merged["LEASE_SECONDS"]:
         problems.append(
             "HEARTBEAT_SECONDS must be at most half of LEASE_SECONDS so one late heartbeat "
@@ -186,10 +173,7 @@ def get_config() -> Config:
     problems = validate(raw)
     if problems:
         raise ConfigError("settings.PGJOBS: " + "; ".join(problems))
-    values = dict(raw)
-    for key in ("JOB_MODULES", "REDACT_KEYS"):
-        if key in values:
-            values[key] = tuple(values[key])
+    values = {key: tuple(value) if isinstance(value, list) else value for key, value in raw.items()}
     return Config(**values)
 
 

@@ -85,8 +85,8 @@ def execute_prepared(
 ) -> list[dict[str, Any]]:
     """``execute()`` through a server-side prepared statement, parsed once per connection and
     then only bound and run. For statements whose plan cannot go stale, i.e. enqueue's INSERTs:
-    a statement that reads ``pgjobs_job`` through a choice of plans must not be prepared (see
-    ``operations``).
+    a statement that reads ``pgjobs_job`` through a choice of plans must not be prepared
+    (docs/explanation/claim.md).
 
     It runs on a plain psycopg cursor of the Django connection's own psycopg connection, so it
     joins whatever transaction Django has open (``transaction.atomic`` included) and Django's

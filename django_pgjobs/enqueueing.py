@@ -11,23 +11,21 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db.models.base import ModelState
 from django.utils import timezone
 
-from . import db, registry, signals
+from . import db, signals
 from .conf import get_config
 from .models import Job
 from .payload import dump_arguments
-from .registry import JobDefinition, check_unique_key
+from .validation import check_unique_key
 
-__all__ = ["enqueue", "enqueue_definition", "enqueue_many"]
+if TYPE_CHECKING:  # registry imports this module (JobDefinition.enqueue)
+    from .registry import JobDefinition
 
-
-def enqueue(job: JobDefinition | str, *args: Any, **kwargs: Any) -> Job:
-    """Enqueue ``job`` (a ``@job`` function or its registered name) with these arguments."""
-    return enqueue_definition(registry.resolve(job), args, kwargs)
+__all__ = ["enqueue_definition", "enqueue_many"]
 
 
 def _row_params(definition: JobDefinition, args: tuple | list, kwargs: dict) -> dict[str, Any]:
@@ -76,10 +74,7 @@ def _to_job(row: dict[str, Any], alias: str) -> Job:
 
 
 #: Seconds during which a process sends at most one notification per queue for jobs enqueued
-#: outside a transaction. NOTIFY takes a cluster-wide lock through the commit, so notifying
-#: transactions commit one at a time; with many producers that is the bottleneck. A worker woken
-#: by a notification claims again shortly after (``worker.ECHO_POLL_SECONDS``), which picks up
-#: the jobs whose notification was skipped.
+#: outside a transaction: NOTIFY serializes commits (docs/explanation/notifications.md).
 NOTIFY_COALESCE_SECONDS = 0.01
 _last_notified: dict[tuple[str, str], float] = {}
 
@@ -133,7 +128,7 @@ def enqueue_definition(definition: JobDefinition, args: tuple | list, kwargs: di
 
 
 def enqueue_many(
-    definition: JobDefinition | str, calls: Iterable[tuple | list | tuple[tuple, dict]]
+    definition: JobDefinition, calls: Iterable[tuple | list | tuple[tuple, dict]]
 ) -> list[Job]:
     """Enqueue many jobs of one kind in a single INSERT.
 
@@ -141,7 +136,6 @@ def enqueue_many(
     item is a dict. Jobs whose unique key is already in flight are skipped: the returned list
     holds the inserted jobs only.
     """
-    definition = registry.resolve(definition)
     inputs: list[tuple[list, dict, str | None]] = []
     columns: dict[str, list[Any]] = {"args": [], "kwargs": [], "unique_keys": []}
     for call in calls:

@@ -1,50 +1,32 @@
-"""Per-queue numbers for the admin dashboard.
+"""Per-queue counts of one worker, for the admin dashboard.
 
-Summary
-    Successful jobs are deleted, so what happened (throughput, failures, how long jobs waited)
-    is kept as an aggregate: ``pgjobs_stat``, one row per queue per minute. Workers count in
-    memory (``QueueMetrics``) and add their counts with one upsert at most every
-    ``FLUSH_SECONDS``; nothing is written per job. The reading side (``queue_overview``,
-    ``dead_letter_groups``...) runs the named statements of ``sql/queries.sql``.
-
-Counting
-    While pgjobs_job holds up to ``EXACT_COUNT_ROWS`` rows, every live job is counted. Above,
-    counting a backlog on every page view would cost more than the page: running jobs and
-    expired leases are still exact, retrying jobs exact up to ``COUNT_CAP`` per queue, due and
-    scheduled jobs become the planner's estimates (shown with "≈"). Dead letters are counted up
-    to ``COUNT_CAP`` per queue whatever the size of their table; those of the last hour exactly.
-
-Rates
-    Throughput is the jobs succeeded in the last ``THROUGHPUT_MINUTES`` minutes of statistics,
-    the current one included, divided by the time those minutes span so far (4 min 30 s at
-    half past the minute, not 5 min). The failure rate is failed attempts (retried or dead) over
-    all finished attempts of the last hour.
+Successful jobs are deleted, so what happened (throughput, failures, how long jobs waited) is
+kept as an aggregate: ``pgjobs_stat``, one row per queue per minute. Workers count in memory
+(``QueueMetrics``) and add their counts with one upsert at most every ``FLUSH_SECONDS``; nothing
+is written per job. The dashboard reads them back in ``admin/overview.py``.
 
 Wait
     The time from a job being due (``run_after``) to its claim, measured on the worker's clock
     against the database's ``run_after`` (keep clocks in sync with NTP). Counted in the fixed
-    buckets of ``WAIT_BUCKET_BOUNDS``; percentiles are interpolated inside a bucket.
+    buckets of ``WAIT_BUCKET_BOUNDS``.
 
 Options (module constants)
-    ``FLUSH_SECONDS`` (5), ``KEEP_SECONDS`` (2 days of minutes), ``RECENT_MINUTES`` (15: the
-    window of the wait percentiles), ``THROUGHPUT_MINUTES`` (5), ``PRUNE_EVERY_SECONDS`` (600).
+    ``FLUSH_SECONDS`` (5), ``KEEP_SECONDS`` (2 days of minutes), ``PRUNE_EVERY_SECONDS`` (600).
 """
 
 from __future__ import annotations
 
 import bisect
-import json
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError
 from django.utils import timezone
 
-from . import db, operations, sql
+from . import operations
 
 logger = logging.getLogger("django_pgjobs.metrics")
 
@@ -68,14 +50,6 @@ WAIT_BUCKET_BOUNDS: tuple[float, ...] = (
 FLUSH_SECONDS = 5.0
 KEEP_SECONDS = 2 * 24 * 3600.0
 PRUNE_EVERY_SECONDS = 600.0
-RECENT_MINUTES = 15
-THROUGHPUT_MINUTES = 5
-#: Up to this many rows in pgjobs_job (planner estimate) the dashboard counts every live row;
-#: above it, due and scheduled jobs are estimated (see ``queue_overview``).
-EXACT_COUNT_ROWS = 200_000
-#: Retrying jobs and dead letters are counted exactly up to this many per queue.
-COUNT_CAP = 10_000
-CHART_MINUTES = 60
 
 
 @dataclass
@@ -139,206 +113,3 @@ class QueueMetrics:
                 operations.prune_queue_stats(connection, KEEP_SECONDS)
         except DatabaseError as error:
             logger.warning("could not record queue statistics (dropped): %s", error)
-
-
-# -- reading (admin) ------------------------------------------------------------------------------
-
-
-def percentile(buckets: Sequence[int], fraction: float) -> float | None:
-    """The ``fraction`` quantile of a wait histogram, interpolated linearly inside its bucket
-    (``inf`` when it falls in the open last bucket, None without samples)."""
-    total = sum(buckets)
-    if not total:
-        return None
-    rank = fraction * total
-    seen = 0
-    for index, count in enumerate(buckets):
-        if count and seen + count >= rank:
-            if index >= len(WAIT_BUCKET_BOUNDS):
-                return float("inf")
-            low = WAIT_BUCKET_BOUNDS[index - 1] if index else 0.0
-            high = WAIT_BUCKET_BOUNDS[index]
-            return low + (high - low) * (rank - seen) / count
-        seen += count
-    return float("inf")
-
-
-@dataclass
-class QueueOverview:
-    name: str
-    paused: bool = False
-    due: int = 0
-    scheduled: int = 0
-    retrying: int = 0
-    running: int = 0
-    lease_expired: int = 0
-    estimated: bool = False  # due and scheduled are planner estimates (big table)
-    retrying_capped: bool = False  # more than COUNT_CAP retrying jobs
-    dead: int = 0
-    dead_capped: bool = False  # more than COUNT_CAP dead letters
-    dead_last_hour: int = 0
-    oldest_due: datetime | None = None
-    oldest_due_seconds: float | None = None
-    wait_p95: float | None = None
-    wait_p99: float | None = None
-    wait_samples: int = 0
-    succeeded_5m: int = 0  # in the last THROUGHPUT_MINUTES minutes, the current one included
-    throughput_seconds: float = THROUGHPUT_MINUTES * 60.0  # the time those minutes span
-    succeeded_60m: int = 0
-    failed_60m: int = 0
-    per_minute: list[tuple[int, int]] = field(default_factory=list)  # (succeeded, failed)
-
-    @property
-    def live(self) -> int:
-        return self.due + self.scheduled + self.retrying + self.running
-
-    @property
-    def throughput_per_minute(self) -> float:
-        return self.succeeded_5m * 60 / self.throughput_seconds
-
-    @property
-    def failure_rate(self) -> float | None:
-        attempts = self.succeeded_60m + self.failed_60m
-        return self.failed_60m / attempts if attempts else None
-
-
-def queue_names(connection) -> list[str]:
-    return [row["name"] for row in db.execute(connection, "job_queue_names")]
-
-
-def queue_overview(
-    connection, dead_letters: bool = True, now: datetime | None = None
-) -> tuple[list[QueueOverview], list[tuple[datetime, int, int]]]:
-    """One ``QueueOverview`` per known queue, and the per-minute (succeeded, failed) of all
-    queues over the last ``CHART_MINUTES`` (oldest first, empty minutes included).
-    ``dead_letters=False`` leaves the dead-letter counts at 0 (not read); ``now`` (default: the
-    current time) is the end of the statistics' windows."""
-    queues: dict[str, QueueOverview] = {}
-
-    def get(name: str) -> QueueOverview:
-        if name not in queues:
-            queues[name] = QueueOverview(name)
-        return queues[name]
-
-    names = queue_names(connection)
-    for name in names:
-        get(name)
-    for name in operations.paused_queues(connection):
-        get(name).paused = True
-    if table_row_estimates(connection).get("pgjobs_job", 0) <= EXACT_COUNT_ROWS:
-        for row in db.execute(connection, "live_jobs_by_queue"):
-            overview = get(row["queue"])
-            for key in ("due", "scheduled", "retrying", "running", "lease_expired"):
-                setattr(overview, key, row[key])
-    else:
-        _count_big_queues(connection, [get(name) for name in names])
-    for row in db.execute(connection, "queue_heads", {"queues": names}):
-        overview = get(row["queue"])
-        overview.oldest_due = row["head_due"]
-        overview.oldest_due_seconds = (row["measured_at"] - row["head_due"]).total_seconds()
-    if dead_letters:
-        params = {"queues": names, "cap": COUNT_CAP + 1}
-        for row in db.execute(connection, "dead_letters_by_queue", params):
-            overview = get(row["queue"])
-            overview.dead, overview.dead_capped = capped(row["dead"])
-            overview.dead_last_hour = row["dead_last_hour"]
-
-    measured_at = now or timezone.now()
-    this_minute = measured_at.replace(second=0, microsecond=0)
-    first_minute = this_minute - timedelta(minutes=CHART_MINUTES - 1)
-    throughput_since = this_minute - timedelta(minutes=THROUGHPUT_MINUTES - 1)
-    throughput_seconds = (measured_at - throughput_since).total_seconds()
-    chart = {first_minute + timedelta(minutes=i): [0, 0] for i in range(CHART_MINUTES)}
-    waits: dict[str, list[int]] = {}
-    rows = db.execute(connection, "queue_stats_since", {"since": first_minute})
-    for row in rows:
-        overview = get(row["queue"])
-        age_minutes = (this_minute - row["minute"]).total_seconds() / 60
-        failed = row["retried"] + row["dead"]
-        overview.succeeded_60m += row["succeeded"]
-        overview.failed_60m += failed
-        if age_minutes < THROUGHPUT_MINUTES:
-            overview.succeeded_5m += row["succeeded"]
-        if age_minutes < RECENT_MINUTES:
-            merged = waits.setdefault(row["queue"], [0] * (len(WAIT_BUCKET_BOUNDS) + 1))
-            for index, count in enumerate(row["wait_buckets"][: len(merged)]):
-                merged[index] += count
-        bar = chart.get(row["minute"])
-        if bar is not None:
-            bar[0] += row["succeeded"]
-            bar[1] += failed
-    for name, buckets in waits.items():
-        overview = queues[name]
-        overview.wait_samples = sum(buckets)
-        overview.wait_p95 = percentile(buckets, 0.95)
-        overview.wait_p99 = percentile(buckets, 0.99)
-    for overview in queues.values():
-        overview.throughput_seconds = throughput_seconds
-    ordered = [queues[name] for name in sorted(queues)]
-    return ordered, [(minute, s, f) for minute, (s, f) in chart.items()]
-
-
-def _count_big_queues(connection, overviews: list[QueueOverview]) -> None:
-    """Counts for a pgjobs_job too big to read whole on every page view: running jobs and
-    expired leases exactly (the lease index holds running rows only), retrying jobs exactly up
-    to ``COUNT_CAP`` per queue (their own partial index), due and scheduled jobs as the
-    planner's estimates."""
-    by_name = {overview.name: overview for overview in overviews}
-    for row in db.execute(connection, "running_jobs_by_queue"):
-        if row["queue"] in by_name:
-            by_name[row["queue"]].running = row["running"]
-            by_name[row["queue"]].lease_expired = row["lease_expired"]
-    for overview in overviews:
-        params = {"queue": overview.name, "cap": COUNT_CAP + 1}
-        retrying = db.execute(connection, "retrying_jobs_in_queue", params)[0]["retrying"]
-        overview.retrying, overview.retrying_capped = capped(retrying)
-        overview.due = estimate_rows(connection, "due_jobs_in_queue", params)
-        overview.scheduled = estimate_rows(connection, "scheduled_jobs_in_queue", params)
-        overview.estimated = True
-
-
-def capped(count: int) -> tuple[int, bool]:
-    """A count made up to ``COUNT_CAP + 1`` as (count shown, True when there are more)."""
-    return min(count, COUNT_CAP), count > COUNT_CAP
-
-
-def estimate_rows(connection, name: str, params: dict[str, Any]) -> int:
-    """How many rows the named statement would return, by the planner's estimate (EXPLAIN: the
-    statement is planned, not run)."""
-    with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (FORMAT JSON) " + sql.query(name), params)
-        plan = cursor.fetchone()[0]
-    if isinstance(plan, str):
-        plan = json.loads(plan)
-    return int(plan[0]["Plan"]["Plan Rows"])
-
-
-def table_row_estimates(connection) -> dict[str, int]:
-    return {row["name"]: row["rows"] for row in db.execute(connection, "table_row_estimates")}
-
-
-@dataclass
-class DeadLetterGroup:
-    error_type: str
-    name: str
-    last_hour: int
-    last_day: int
-    last_week: int
-    latest: datetime | None
-    reason: str = ""
-
-
-def dead_letter_groups(connection, limit: int = 200) -> list[DeadLetterGroup]:
-    """Dead letters of the last 7 days by (error type, job name), biggest first."""
-    return [
-        DeadLetterGroup(**row)
-        for row in db.execute(connection, "dead_letter_groups", {"limit": limit})
-    ]
-
-
-def dead_letter_names(connection) -> list[str]:
-    return [row["name"] for row in db.execute(connection, "dead_letter_names")]
-
-
-def dead_letter_error_types(connection) -> list[str]:
-    return [row["name"] for row in db.execute(connection, "dead_letter_error_types")]

@@ -30,9 +30,6 @@ def view_condition(view: str, now=None) -> Q:
 
 
 class JobQuerySet(models.QuerySet):
-    def ready(self):
-        return self.filter(status=Status.READY)
-
     def in_view(self, view: str):
         """Jobs in one of the operator views of ``states.View``."""
         return self.filter(view_condition(view))

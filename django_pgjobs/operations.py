@@ -6,19 +6,14 @@ that act on a claimed job are fenced: they take the claim token and do nothing w
 longer held under that token (its lease expired and it was rescued, maybe claimed again), so a
 worker that lost its lease can never complete or fail a job someone else now holds.
 
-None of these statements is a server-side prepared statement (only enqueue's INSERT is, see
-``db.execute_prepared``). A prepared statement switches to a generic plan after five runs, made
-from the table's statistics of that moment, and keeps it until the table is analyzed again. A
-worker idling on an empty queue gets a generic claim (and acknowledgement) that scans the whole
-table, and a burst of jobs then drains through sequential scans until autovacuum comes round:
-measured at 8.3k instead of 23k jobs/s on 30,000 jobs, and far worse on a bigger backlog.
-Planned at each run, they always walk the indexes; the planning costs less than it saves.
+None of these statements is prepared: a generic plan made while the queue idled would scan the
+whole table through the next burst (docs/explanation/claim.md). Fencing:
+docs/explanation/leases.md.
 """
 
 from __future__ import annotations
 
 import json
-import traceback as tb
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -33,7 +28,7 @@ from django.utils import timezone
 
 from . import db
 from .conf import get_config
-from .limits import ERROR_TYPE_MAX
+from .validation import check_queue
 
 Connection = BaseDatabaseWrapper
 
@@ -61,72 +56,6 @@ class ClaimedJob:
     @property
     def is_last_attempt(self) -> bool:
         return self.attempts >= self.max_attempts
-
-
-def error_entry(
-    attempt: int,
-    error: BaseException | None = None,
-    *,
-    error_type: str | None = None,
-    message: str | None = None,
-    worker: str = "",
-    with_traceback: bool = True,
-) -> dict[str, Any]:
-    """One element of a job's ``errors`` list, truncated to ``MAX_ERROR_CHARS``.
-
-    Whatever a handler raised, the entry is text jsonb can store (see ``_storable``), so recording
-    a failure can never fail in turn.
-    """
-    limit = get_config().MAX_ERROR_CHARS
-    if error is not None:
-        error_type = error_type or f"{type(error).__module__}.{type(error).__qualname__}"
-        error_type = error_type.removeprefix("builtins.")
-        message = message if message is not None else _str_of(error)
-        try:
-            trace = "".join(tb.format_exception(type(error), error, error.__traceback__))
-        except Exception:  # noqa: BLE001 - a broken exception must not break the worker
-            trace = ""
-    else:
-        trace = ""
-    message = message or ""
-    if not with_traceback:
-        trace = ""
-    return {
-        # always with its offset: a naive time (USE_TZ = False) in JSON would be ambiguous
-        "at": datetime.now(dt_timezone.utc).isoformat(),
-        "attempt": attempt,
-        "type": _storable(error_type or "Error")[:ERROR_TYPE_MAX],
-        "message": _storable(_truncate(message, limit)),
-        "traceback": _storable(_truncate(trace, limit)),
-        "worker": worker,
-    }
-
-
-def _str_of(error: BaseException) -> str:
-    try:
-        return str(error)
-    except Exception:  # noqa: BLE001 - same wording as the traceback module
-        return "<exception str() failed>"
-
-
-def _storable(text: str) -> str:
-    """``text`` with what jsonb and PostgreSQL text refuse escaped: NUL characters and lone
-    surrogates (left by bytes decoded with ``errors="surrogateescape"``)."""
-    text = text.replace("\x00", "\\x00")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
-
-
-def _truncate(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    cut = len(text) - limit
-    # keep the head (what was raised) and the tail (where), drop the middle
-    head = limit // 2
-    return f"{text[:head]}\n[... {cut} characters truncated ...]\n{text[-(limit - head) :]}"
 
 
 # -- claiming and finishing ---------------------------------------------------------------------
@@ -184,7 +113,8 @@ def complete_jobs(connection: Connection, jobs: Sequence[ClaimedJob]) -> set[int
     """
     if not jobs:
         return set()
-    name = "complete_jobs_retained" if get_config().KEEP_SUCCEEDED_SECONDS > 0 else "complete_jobs"
+    retain = get_config().KEEP_SUCCEEDED_SECONDS > 0
+    name = "complete_jobs_retained" if retain else "complete_jobs"
     return set(db.ids_of(db.execute(connection, name, _pairs(jobs))))
 
 
@@ -204,7 +134,6 @@ def complete_and_claim_jobs(
     params = _pairs(done)
     params.update(
         {
-            "retain": get_config().KEEP_SUCCEEDED_SECONDS > 0,
             "limit": limit,
             "worker": worker,
             "all_queues": queues is None,
@@ -213,7 +142,9 @@ def complete_and_claim_jobs(
             "token": uuid.uuid4(),
         }
     )
-    rows = db.execute(connection, "complete_and_claim_jobs", params)
+    retain = get_config().KEEP_SUCCEEDED_SECONDS > 0
+    name = "complete_retained_and_claim_jobs" if retain else "complete_and_claim_jobs"
+    rows = db.execute(connection, name, params)
     completed: set[int] = set()
     claimed = []
     for row in rows:
@@ -298,8 +229,6 @@ def paused_queues(connection: Connection) -> list[str]:
 
 
 def set_queue_paused(connection: Connection, queue: str, paused: bool) -> None:
-    from .registry import check_queue
-
     db.execute(connection, "set_queue_paused", {"name": check_queue(queue), "paused": paused})
 
 

@@ -1,6 +1,6 @@
 """Keeping the values of ``PGJOBS["REDACT_KEYS"]`` arguments out of what the worker stores and logs.
 
-The admin shows a job's arguments with those values replaced by ``********``. A handler's error
+The admin shows a job's arguments with those values replaced by ``********`` (``redact_call``). A handler's error
 can still quote them (``PermissionError(f"refused {token}")``), and errors are stored, shown in the
 admin and logged; so before the worker records an error it replaces every secret value of the
 job's arguments in the error's message and traceback.
@@ -29,38 +29,94 @@ def redacted_keys() -> frozenset[str]:
     return frozenset(key.lower() for key in get_config().REDACT_KEYS)
 
 
-def secret_values(
+def redact_call(
     func: Callable[..., Any] | None, args: Any, kwargs: Any, keys: frozenset[str]
-) -> set[str]:
-    """The text of every argument value under a redacted key (or parameter name)."""
-    found: set[str] = set()
+) -> tuple[Any, Any, set[str]]:
+    """``(args, kwargs, secrets)``: copies of the arguments with every value under a redacted
+    key (or passed to a parameter with a redacted name, ``*args`` included) shown as
+    ``REDACTED``, and the text of those values (for ``hide``)."""
+    secrets: set[str] = set()
     if not keys:
-        return found
-    if func is not None and isinstance(args, list) and isinstance(kwargs, dict):
-        try:
-            _collect(inspect.signature(func).bind_partial(*args, **kwargs).arguments, keys, found)
-        except (TypeError, ValueError):
-            pass
-    _collect(args, keys, found)
-    _collect(kwargs, keys, found)
-    return found
+        return args, kwargs, secrets
+    shown_args = _redact(args, keys, secrets)
+    shown_kwargs = _redact(kwargs, keys, secrets)
+    positions, keywords = _secret_parameters(func, args, kwargs, keys)
+    for index in positions:
+        shown_args[index] = _secret(args[index], secrets)
+    for key in keywords:
+        shown_kwargs[key] = _secret(kwargs[key], secrets)
+    return shown_args, shown_kwargs, secrets
 
 
-def _collect(
-    value: Any, keys: frozenset[str], found: set[str], secret: bool = False, depth: int = 0
-) -> None:
+def _secret_parameters(
+    func: Callable[..., Any] | None, args: Any, kwargs: Any, keys: frozenset[str]
+) -> tuple[list[int], list[str]]:
+    """The positional arguments (indexes) and keyword arguments (names) that ``func`` receives
+    in a parameter with a redacted name (``*args`` and ``**kwargs`` included)."""
+    if func is None or not isinstance(args, list) or not isinstance(kwargs, dict):
+        return [], []
+    try:
+        parameters = list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):
+        return [], []
+    positions: list[int] = []
+    keywords: list[str] = []
+    index = 0
+    for parameter in parameters:
+        secret = parameter.name.lower() in keys
+        if parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
+            if secret and index < len(args):
+                positions.append(index)
+            index += 1
+        elif parameter.kind == parameter.VAR_POSITIONAL:
+            if secret:
+                positions.extend(range(index, len(args)))
+            index = len(args)
+        elif parameter.kind == parameter.VAR_KEYWORD and secret:
+            named = {p.name for p in parameters}
+            keywords.extend(key for key in kwargs if key not in named)
+    return positions, keywords
+
+
+def _redact(value: Any, keys: frozenset[str], secrets: set[str], depth: int = 0) -> Any:
     if depth > MAX_NESTING:  # deeper than enqueue() accepts: a hand-written row; stop here
-        return
+        return value
     if isinstance(value, dict):
-        for key, item in value.items():
-            _collect(item, keys, found, secret or str(key).lower() in keys, depth + 1)
+        return {
+            key: _secret(item, secrets, depth + 1)
+            if str(key).lower() in keys
+            else _redact(item, keys, secrets, depth + 1)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [_redact(item, keys, secrets, depth + 1) for item in value]
+    return value
+
+
+def _secret(value: Any, secrets: set[str], depth: int = 0) -> str:
+    """``REDACTED``, after adding the text of every leaf of ``value`` to ``secrets``."""
+    if depth > MAX_NESTING:
+        return REDACTED
+    if isinstance(value, dict):
+        for item in value.values():
+            _secret(item, secrets, depth + 1)
     elif isinstance(value, (list, tuple)):
         for item in value:
-            _collect(item, keys, found, secret, depth + 1)
-    elif secret and value is not None and not isinstance(value, bool):
+            _secret(item, secrets, depth + 1)
+    elif value is not None and not isinstance(value, bool):
         text = str(value)
         if len(text) >= MIN_SECRET_CHARS:
-            found.add(text)
+            secrets.add(text)
+    return REDACTED
+
+
+def redact_job_call(name: str, args: Any, kwargs: Any) -> tuple[Any, Any, set[str]]:
+    """``redact_call`` for the registered job ``name`` (by key only when it is unknown)."""
+    try:
+        func = registry.get(name).func
+    except registry.UnknownJobError:
+        func = None
+    return redact_call(func, args, kwargs, redacted_keys())
 
 
 def hide(text: str, secrets: Iterable[str]) -> str:
@@ -70,16 +126,11 @@ def hide(text: str, secrets: Iterable[str]) -> str:
 
 
 def hide_secrets(entry: dict[str, Any], job: Any) -> dict[str, Any]:
-    """``entry`` (one error of ``job``, see ``operations.error_entry``) with the secret values of
+    """``entry`` (one error of ``job``, see ``errors.error_entry``) with the secret values of
     the job's arguments replaced in its message and traceback."""
-    keys = redacted_keys()
-    if not keys:
+    if not redacted_keys():
         return entry
-    try:
-        func = registry.get(job.name).func
-    except registry.UnknownJobError:
-        func = None
-    secrets = secret_values(func, job.args, job.kwargs, keys)
+    _, _, secrets = redact_job_call(job.name, job.args, job.kwargs)
     if not secrets:
         return entry
     return {

@@ -11,33 +11,30 @@ import dataclasses
 import functools
 import inspect
 import logging
-import re
 from collections.abc import Callable
 from datetime import datetime
+from importlib import import_module
 from typing import Any
 
-from django.conf import settings
-from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules
 
 from .backoff import RetryPolicy
-from .conf import get_config
-from .limits import (
-    MAX_ATTEMPTS_MAX,
-    MAX_SECONDS,
-    NAME_MAX,
-    PRIORITY_MAX,
-    PRIORITY_MIN,
-    QUEUE_NAME_MAX,
-    UNIQUE_KEY_MAX,
-)
+from .conf import ConfigError, get_config
 from .payload import Undecodable
+from .validation import (
+    check_delay,
+    check_max_attempts,
+    check_name,
+    check_positive_seconds,
+    check_priority,
+    check_queue,
+    check_run_after,
+    check_unique_key,
+)
 
 logger = logging.getLogger("django_pgjobs")
 
 _REGISTRY: dict[str, JobDefinition] = {}
-
-QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
 
 
 class UnknownJobError(LookupError):
@@ -46,105 +43,6 @@ class UnknownJobError(LookupError):
 
 class JobAlreadyRegistered(ValueError):
     """Two different functions registered under one name."""
-
-
-# -- option validation (shared by @job and .using) ---------------------------------------------
-
-
-def check_queue(queue: Any) -> str:
-    if not isinstance(queue, str):
-        raise ValueError(f"queue must be a string, not {type(queue).__name__}")
-    if not queue or len(queue) > QUEUE_NAME_MAX or not QUEUE_NAME_RE.match(queue):
-        raise ValueError(
-            f"queue must be 1..{QUEUE_NAME_MAX} characters of letters, digits, '_', '-', '.' or "
-            f"':' starting with a letter or digit, not {queue!r}"
-        )
-    return queue
-
-
-def check_priority(priority: Any) -> int:
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise ValueError(f"priority must be an int, not {type(priority).__name__}")
-    if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
-        raise ValueError(
-            f"priority must be between {PRIORITY_MIN} and {PRIORITY_MAX}, not {priority}"
-        )
-    return priority
-
-
-def check_max_attempts(max_attempts: Any) -> int:
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
-        raise ValueError(f"max_attempts must be an int, not {type(max_attempts).__name__}")
-    if not 1 <= max_attempts <= MAX_ATTEMPTS_MAX:
-        raise ValueError(
-            f"max_attempts must be between 1 and {MAX_ATTEMPTS_MAX}, not {max_attempts}"
-        )
-    return max_attempts
-
-
-def check_positive_seconds(option: str, value: Any) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not 0 < value <= MAX_SECONDS
-    ):
-        raise ValueError(
-            f"{option} must be a number of seconds greater than 0 and at most {MAX_SECONDS:,} "
-            f"(10 years), not {value!r}"
-        )
-    return float(value)
-
-
-def check_delay(delay: Any) -> float:
-    if isinstance(delay, bool) or not isinstance(delay, (int, float)):
-        raise ValueError(f"delay must be a number of seconds, not {type(delay).__name__}")
-    if not 0 <= delay <= MAX_SECONDS:  # also refuses NaN
-        raise ValueError(
-            f"delay must be a number of seconds from 0 to {MAX_SECONDS:,} (10 years), not {delay!r}"
-        )
-    return float(delay)
-
-
-def check_run_after(run_after: Any) -> datetime:
-    if not isinstance(run_after, datetime):
-        raise ValueError(f"run_after must be a datetime, not {type(run_after).__name__}")
-    if settings.USE_TZ and timezone.is_naive(run_after):
-        raise ValueError(
-            "run_after must be timezone-aware (a naive datetime is ambiguous); "
-            "use django.utils.timezone.now() + timedelta(...)"
-        )
-    return run_after
-
-
-def check_text(option: str, value: str) -> str:
-    """Refuse what a PostgreSQL ``text`` column cannot hold: NUL and lone surrogates."""
-    if "\x00" in value:
-        raise ValueError(f"{option} must not contain NUL characters, not {value!r}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise ValueError(
-            f"{option} must be text, but contains a lone surrogate "
-            f"({value[error.start]!r}) at position {error.start}: {value!r}"
-        ) from None
-    return value
-
-
-def check_unique_key(unique_key: Any) -> str | None:
-    if unique_key is None:
-        return None
-    if not isinstance(unique_key, str) or not unique_key or len(unique_key) > UNIQUE_KEY_MAX:
-        raise ValueError(
-            f"unique_key must be a non-empty string of at most {UNIQUE_KEY_MAX} characters, "
-            f"not {unique_key!r}"
-        )
-    return check_text("unique_key", unique_key)
-
-
-def check_name(name: Any) -> str:
-    if not isinstance(name, str) or not name or len(name) > NAME_MAX:
-        raise ValueError(f"job name must be 1..{NAME_MAX} characters, not {name!r}")
-    return check_text("job name", name)
 
 
 class AsyncJobsNotSupported(TypeError):
@@ -292,6 +190,7 @@ class JobDefinition:
 
     def enqueue(self, *args: Any, **kwargs: Any):
         """Insert one job on the jobs database's connection; returns the saved ``Job``."""
+        # imported here: job modules may load before the app registry, enqueueing needs models
         from .enqueueing import enqueue_definition
 
         return enqueue_definition(self, args, kwargs)
@@ -420,10 +319,6 @@ def registered() -> dict[str, JobDefinition]:
 
 def autodiscover() -> None:
     """Import every installed app's ``jobs`` module and ``PGJOBS['JOB_MODULES']``."""
-    from importlib import import_module
-
-    from .conf import ConfigError
-
     autodiscover_modules("jobs")
     try:
         modules = get_config().JOB_MODULES

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 from psycopg.pq import TransactionStatus
 
-from . import metrics, operations, redaction, registry, signals
+from . import errors, metrics, operations, redaction, registry, signals
 from .conf import get_config
 from .context import reset_current_job, set_current_job
 from .operations import ClaimedJob
@@ -430,7 +430,7 @@ class Worker:
                 job,
                 reason=f"unknown job {job.name!r}: no function is registered under this name "
                 "in this worker",
-                error=operations.error_entry(
+                error=errors.error_entry(
                     job.attempts, error_type="UnknownJob", message=str(error), worker=self.id
                 ),
             )
@@ -441,7 +441,7 @@ class Worker:
             self._dead_letter(
                 job,
                 reason=f"arguments do not fit {job.name}: {error}",
-                error=operations.error_entry(
+                error=errors.error_entry(
                     job.attempts, error_type="BadArguments", message=str(error), worker=self.id
                 ),
             )
@@ -600,7 +600,7 @@ class Worker:
                 )
 
     def _record_failure(self, job: ClaimedJob, error: BaseException) -> None:
-        entry = operations.error_entry(job.attempts, error, worker=self.id)
+        entry = errors.error_entry(job.attempts, error, worker=self.id)
         entry = redaction.hide_secrets(entry, job)  # stored, shown and logged: no secrets
         summary = f"{entry['type']}: {_one_line(entry['message'])}"
         if job.is_last_attempt:

@@ -13,7 +13,8 @@ from helpers import drain, run_worker
 
 from django_pgjobs import metrics, operations
 from django_pgjobs.admin.display import duration
-from django_pgjobs.metrics import QueueCounts, percentile, wait_bucket
+from django_pgjobs.admin.overview import percentile, queue_overview
+from django_pgjobs.metrics import QueueCounts, wait_bucket
 from django_pgjobs.models import QueueStat
 from testproject.demo import jobs as demo
 
@@ -112,7 +113,7 @@ RECORDED = [
 def test_throughput_divides_by_the_time_its_minutes_span():
     now = timezone.now().replace(second=30, microsecond=0)
     record_minutes("q", now, RECORDED)
-    (queue,), _ = metrics.queue_overview(connection, now=now)
+    (queue,), _ = queue_overview(connection, now=now)
     assert queue.succeeded_5m == 27
     assert queue.throughput_seconds == 4 * 60 + 30  # four whole minutes and half the current
     assert queue.throughput_per_minute == pytest.approx(6.0)  # not 27 / 5
@@ -121,7 +122,7 @@ def test_throughput_divides_by_the_time_its_minutes_span():
 def test_failure_rate_and_wait_percentiles_from_recorded_minutes():
     now = timezone.now().replace(second=30, microsecond=0)
     record_minutes("q", now, RECORDED)
-    (queue,), chart = metrics.queue_overview(connection, now=now)
+    (queue,), chart = queue_overview(connection, now=now)
     assert (queue.succeeded_60m, queue.failed_60m) == (147, 4)
     assert queue.failure_rate == pytest.approx(4 / 151)
     assert queue.wait_samples == 100  # the last 15 minutes only

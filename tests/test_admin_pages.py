@@ -16,8 +16,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_pgjobs import job as django_pgjobs_job
-from django_pgjobs import metrics
 from django_pgjobs.admin import base as admin_base
+from django_pgjobs.admin import overview
 from django_pgjobs.models import DeadLetter, Job, QueueState, Worker
 from testproject.demo import jobs as demo
 
@@ -278,9 +278,7 @@ def test_get_never_changes_anything(admin_client, rows):
 
 
 def test_dashboard_on_a_big_table_estimates_due_and_scheduled_only(admin_client, rows, monkeypatch):
-    from django_pgjobs import metrics
-
-    monkeypatch.setattr(metrics, "EXACT_COUNT_ROWS", -1)  # as if pgjobs_job held millions
+    monkeypatch.setattr(overview, "EXACT_COUNT_ROWS", -1)  # as if pgjobs_job held millions
     response = admin_client.get(DASHBOARD)
     page = text(response)
     assert "≈" in page and "planner" in page
@@ -300,7 +298,7 @@ def test_oldest_due_is_the_oldest_waiting_job_whatever_its_priority(admin_client
     )
     demo.record.using(queue="starved", priority=90).enqueue("new")
     demo.record.using(queue="starved", run_after=now + timedelta(hours=1)).enqueue("later")
-    overviews, _ = metrics.queue_overview(connection)
+    overviews, _ = overview.queue_overview(connection)
     (starved,) = [q for q in overviews if q.name == "starved"]
     assert 3590 <= starved.oldest_due_seconds <= 3700, starved.oldest_due_seconds
     rows = {row["queue"].name: row for row in admin_client.get(DASHBOARD).context["rows"]}
@@ -362,7 +360,7 @@ def test_paging_stops_at_the_cap(admin_client, monkeypatch):
 def test_dashboard_counts_dead_letters_up_to_the_cap_and_the_last_hour_exactly(
     admin_client, monkeypatch
 ):
-    monkeypatch.setattr(metrics, "COUNT_CAP", 3)
+    monkeypatch.setattr(overview, "COUNT_CAP", 3)
     now = timezone.now()
     for minutes in (0, 10, 20, 30, 90):
         dead_letter(queue="imports", failed_at=now - timedelta(minutes=minutes))

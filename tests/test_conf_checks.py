@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import fields
 
 import pytest
 from django.core.management import call_command
@@ -16,7 +17,7 @@ from django_pgjobs.checks import (
     check_job_leases,
     check_settings,
 )
-from django_pgjobs.conf import ConfigError, get_config
+from django_pgjobs.conf import Config, ConfigError, get_config
 from django_pgjobs.registry import JobAlreadyRegistered, registered
 
 
@@ -68,6 +69,28 @@ def test_invalid_settings_are_reported_by_check_e002(pgjobs, fragment):
         assert any(fragment in m.msg for m in messages), [m.msg for m in messages]
         with pytest.raises(ConfigError, match="settings.PGJOBS"):
             get_config()
+
+
+WRONG_TYPE = {"str": 1.5, "int": "1", "bool": "yes", "float": "1", "tuple[str, ...]": "a,b"}
+
+
+@pytest.mark.parametrize("declared", fields(Config), ids=lambda declared: declared.name)
+def test_every_setting_is_checked_against_its_declaration_in_config(declared):
+    """Type and range come from the field of ``Config`` alone: a value of another type, or
+    outside the declared bounds, is refused by check E002 and by ``get_config()``."""
+    bad = [WRONG_TYPE[declared.type]]
+    bounds = declared.metadata.get("bounds")
+    if bounds is not None:
+        bad.append(bounds.low - 1)
+        if bounds.high is not None:
+            bad.append(bounds.high * 2)
+    for value in bad:
+        with override_settings(PGJOBS={declared.name: value}):
+            assert any(declared.name in m.msg for m in check_settings()), value
+            with pytest.raises(ConfigError, match=declared.name):
+                get_config()
+    with override_settings(PGJOBS={declared.name: declared.default}):
+        assert check_settings() == [] and getattr(get_config(), declared.name) == declared.default
 
 
 def test_pgjobs_must_be_a_dict():

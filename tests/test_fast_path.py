@@ -103,23 +103,8 @@ def test_worker_sends_fewer_statements_than_jobs(monkeypatch):
     assert calls["complete_and_claim_jobs"] + calls["complete_jobs"] - 150 < 150 / 5
 
 
-def test_the_combined_statement_claims_exactly_as_claim_jobs_does():
-    """complete_and_claim_jobs repeats claim_jobs' two CTEs (the SQL file has no includes):
-    they must not drift apart."""
-    from django_pgjobs.sql import query
-
-    def normalized(text: str) -> str:
-        return " ".join(text.replace("%(limit)s::int", "%(limit)s").replace("::float8", "").split())
-
-    claim = normalized(query("claim_jobs"))
-    combined = normalized(query("complete_and_claim_jobs"))
-    candidates = claim[claim.index("SELECT id FROM pgjobs_job") : claim.index(") UPDATE")]
-    update = claim[claim.index("UPDATE pgjobs_job AS j") :]
-    assert candidates in combined
-    assert update in combined
-
-
-def test_the_combined_statement_claims_through_the_partial_index():
+@pytest.mark.parametrize("name", ["complete_and_claim_jobs", "complete_retained_and_claim_jobs"])
+def test_the_combined_statement_claims_through_the_partial_index(name):
     with connection.cursor() as cursor:
         cursor.execute(
             """
@@ -135,7 +120,6 @@ def test_the_combined_statement_claims_through_the_partial_index():
     params = {
         "ids": [1, 2],
         "tokens": [uuid.uuid4(), uuid.uuid4()],
-        "retain": False,
         "limit": 10,
         "worker": "w",
         "all_queues": True,
@@ -144,7 +128,7 @@ def test_the_combined_statement_claims_through_the_partial_index():
         "token": uuid.uuid4(),
     }
     with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN " + query("complete_and_claim_jobs"), params)
+        cursor.execute("EXPLAIN " + query(name), params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "pgjobs_job_claim_idx" in plan, plan
 

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 from helpers import count, database_url_for_tests, wait_until
 
-from django_pgjobs import operations
+from django_pgjobs import errors, operations
 from django_pgjobs.models import DeadLetter, Job
 from django_pgjobs.sql import query
 from testproject.demo import jobs as demo
@@ -25,7 +25,7 @@ def claim(limit=10, queues=None, worker="test"):
 
 
 def error(attempt=1):
-    return operations.error_entry(attempt, RuntimeError("x"))
+    return errors.error_entry(attempt, RuntimeError("x"))
 
 
 def test_claim_counts_attempt_and_sets_lease_and_token():

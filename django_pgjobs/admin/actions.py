@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from django.contrib import admin
+
 from .. import operations
 from ..states import View
 from .base import plural
@@ -94,6 +96,21 @@ DEAD_LETTER_ACTIONS: dict[str, Action] = {
         ),
     )
 }
+
+
+def bulk_actions(table: dict[str, Action]) -> tuple[Callable[..., None], ...]:
+    """The changelist actions of ``table`` (a ModelAdmin's ``actions``): each one runs
+    ``model_admin.bulk(request, queryset, action)``, behind the action's permission."""
+
+    def changelist_action(action: Action) -> Callable[..., None]:
+        def run(model_admin, request, queryset) -> None:
+            model_admin.bulk(request, queryset, action)
+
+        run.__name__ = run.__qualname__ = action.name  # Django names the action after it
+        return admin.action(description=action.description, permissions=[action.permission])(run)
+
+    return tuple(changelist_action(action) for action in table.values())
+
 
 #: Job actions offered on the list page, per value of its ``view`` filter (None: no filter).
 JOB_ACTIONS_BY_FILTER: dict[str | None, Sequence[str]] = {

@@ -22,12 +22,11 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
 
-from .. import db, metrics
+from .. import db
 from ..conf import get_config
-from . import display
+from . import display, overview
+from .overview import COUNT_CAP
 
-#: Pages count at most this many matching rows; beyond it they say "10,000+" and stop paging.
-COUNT_CAP = 10_000
 #: Largest number of rows one bulk action touches ("select all" on a huge filter included); the
 #: same as the count cap, so "Select all 10000" does what it says.
 BULK_LIMIT = COUNT_CAP
@@ -75,7 +74,7 @@ class ValueFilter(admin.SimpleListFilter):
 class QueueFilter(ValueFilter):
     title = "queue"
     parameter_name = field = "queue"
-    values_from = staticmethod(metrics.queue_names)
+    values_from = staticmethod(overview.queue_names)
 
 
 class CappedChangeList(ChangeList):

@@ -1,6 +1,6 @@
 """The dashboard: one row per queue answering "is it keeping up?", the workers, a chart.
 
-Every number comes from ``django_pgjobs.metrics`` (named statements): live jobs per queue and
+Every number comes from ``overview`` (named statements): live jobs per queue and
 view, dead letters, the per-minute statistics workers record, and the worker registry. The page
 needs ``view_job``; dead letters are shown only to users who may view them, and so are workers.
 """
@@ -10,10 +10,9 @@ from __future__ import annotations
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from .. import metrics
 from ..conf import get_config
 from ..models import DeadLetter, QueueState, Worker
-from . import display
+from . import display, overview
 from .base import require_view
 
 CHART_WIDTH = 600
@@ -54,7 +53,7 @@ def dashboard_view(model_admin, request):
     show_workers = may("view", Worker)
     connection = model_admin.connection()
     now = timezone.now()
-    queues, points = metrics.queue_overview(connection, dead_letters=show_dead, now=now)
+    queues, points = overview.queue_overview(connection, dead_letters=show_dead, now=now)
     heartbeat = get_config().HEARTBEAT_SECONDS
     workers = []
     for worker in model_admin.rows(Worker) if show_workers else ():
@@ -107,13 +106,13 @@ def dashboard_view(model_admin, request):
         show_dead=show_dead,
         show_workers=show_workers,
         dead_capped=any(q.dead_capped for q in queues),
-        count_cap=metrics.COUNT_CAP,
+        count_cap=overview.COUNT_CAP,
         workers_alive=sum(1 for w in workers if w["alive"]),
         estimated=any(q.estimated for q in queues),
         chart=chart_bars(points),
-        chart_minutes=metrics.CHART_MINUTES,
-        recent_minutes=metrics.RECENT_MINUTES,
-        estimates=metrics.table_row_estimates(connection),
+        chart_minutes=overview.CHART_MINUTES,
+        recent_minutes=overview.RECENT_MINUTES,
+        estimates=overview.table_row_estimates(connection),
         can_pause=may("operate", QueueState),
         legend=[
             (view, display.VIEW_COLOURS[view])

@@ -13,9 +13,8 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 
-from .. import metrics
-from . import display
-from .actions import DEAD_LETTER_ACTIONS, Action
+from . import display, overview
+from .actions import DEAD_LETTER_ACTIONS, Action, bulk_actions
 from .base import (
     CappedChangeList,
     JobRowAdmin,
@@ -58,13 +57,13 @@ class FailedWithinFilter(admin.SimpleListFilter):
 class ErrorTypeFilter(ValueFilter):
     title = "error type"
     parameter_name = field = "error_type"
-    values_from = staticmethod(metrics.dead_letter_error_types)
+    values_from = staticmethod(overview.dead_letter_error_types)
 
 
 class NameFilter(ValueFilter):
     title = "job name"
     parameter_name = field = "name"
-    values_from = staticmethod(metrics.dead_letter_names)
+    values_from = staticmethod(overview.dead_letter_names)
 
 
 class DeadLetterChangeList(CappedChangeList):
@@ -92,7 +91,7 @@ class DeadLetterAdmin(JobRowAdmin):
         "A dead letter id, the id the job had, a job name (full or its function name), an error "
         "type or a unique key."
     )
-    actions = ("requeue", "delete")
+    actions = bulk_actions(DEAD_LETTER_ACTIONS)
     row_actions = DEAD_LETTER_ACTIONS
     dead_letters = True
     fieldsets = (
@@ -138,8 +137,6 @@ class DeadLetterAdmin(JobRowAdmin):
     def original_job(self, obj):
         return f"#{obj.job_id}"
 
-    # -- detail ---------------------------------------------------------------------------------
-
     # -- pages and actions ----------------------------------------------------------------------
 
     def extra_urls(self):
@@ -148,7 +145,7 @@ class DeadLetterAdmin(JobRowAdmin):
     def summary(self, request):
         """Dead letters of the last 7 days by error type, by job name, and by both."""
         require_view(self, request)
-        groups = metrics.dead_letter_groups(self.connection())
+        groups = overview.dead_letter_groups(self.connection())
         by_type: dict[str, list[int]] = {}
         by_name: dict[str, list[int]] = {}
         for group in groups:
@@ -168,7 +165,7 @@ class DeadLetterAdmin(JobRowAdmin):
             by_type=ranked(by_type),
             by_name=ranked(by_name),
             changelist_url=reverse(self.url_name("changelist")),
-            estimate=metrics.table_row_estimates(self.connection()).get("pgjobs_deadletter", 0),
+            estimate=overview.table_row_estimates(self.connection()).get("pgjobs_deadletter", 0),
         )
         return TemplateResponse(request, "admin/django_pgjobs/deadletter_summary.html", context)
 
@@ -189,7 +186,7 @@ class DeadLetterAdmin(JobRowAdmin):
         messages.success(request, spec.message(len(done)))
         return HttpResponseRedirect(reverse(self.url_name("changelist")))
 
-    def _bulk(self, request, queryset, spec: Action) -> None:
+    def bulk(self, request, queryset, spec: Action) -> None:
         ids, truncated = self.bulk_ids(queryset)
         done = spec.operation(self.connection(), ids) if ids else []
         skipped = len(ids) - len(done)
@@ -198,11 +195,3 @@ class DeadLetterAdmin(JobRowAdmin):
             why = f"{plural(skipped, 'selected dead letter')} {'was' if skipped == 1 else 'were'} "
             why += f"left alone ({GONE})."
         self.report(request, spec.message(len(done)), why, truncated)
-
-    @admin.action(description=DEAD_LETTER_ACTIONS["requeue"].description, permissions=["operate"])
-    def requeue(self, request, queryset):
-        self._bulk(request, queryset, DEAD_LETTER_ACTIONS["requeue"])
-
-    @admin.action(description=DEAD_LETTER_ACTIONS["delete"].description, permissions=["remove"])
-    def delete(self, request, queryset):
-        self._bulk(request, queryset, DEAD_LETTER_ACTIONS["delete"])

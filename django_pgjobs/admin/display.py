@@ -6,7 +6,6 @@ a job argument or an error message can never inject markup into the admin.
 
 from __future__ import annotations
 
-import inspect
 import json
 from datetime import datetime
 from datetime import timezone as dt_timezone
@@ -15,45 +14,13 @@ from typing import Any
 from django.utils import timezone
 from django.utils.html import format_html
 
-from .. import registry
-from ..redaction import REDACTED, redacted_keys
+from ..redaction import redact_job_call
 from ..states import View
 
 
-def redact(value: Any, keys: frozenset[str] | None = None) -> Any:
-    """A copy of ``value`` with the values of ``PGJOBS["REDACT_KEYS"]`` keys replaced, at any
-    depth (keys compare case-insensitively)."""
-    if keys is None:
-        keys = redacted_keys()
-    if not keys:
-        return value
-    if isinstance(value, dict):
-        return {
-            k: REDACTED if str(k).lower() in keys else redact(v, keys) for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [redact(item, keys) for item in value]
-    return value
-
-
 def redact_call(name: str, args: Any, kwargs: Any) -> tuple[Any, Any]:
-    """``args`` and ``kwargs`` of a job redacted: keys of ``REDACT_KEYS`` at any depth, and the
-    positional arguments whose parameter (in the registered function) has a redacted name."""
-    keys = redacted_keys()
-    args, kwargs = redact(args, keys), redact(kwargs, keys)
-    if not keys or not isinstance(args, list) or not args:
-        return args, kwargs
-    try:
-        parameters = list(inspect.signature(registry.get(name).func).parameters.values())
-    except (registry.UnknownJobError, TypeError, ValueError):
-        return args, kwargs
-    positional = [
-        p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ]
-    args = [
-        REDACTED if index < len(positional) and positional[index].lower() in keys else value
-        for index, value in enumerate(args)
-    ]
+    """``args`` and ``kwargs`` of a job as the admin shows them (see ``redaction``)."""
+    args, kwargs, _ = redact_job_call(name, args, kwargs)
     return args, kwargs
 
 

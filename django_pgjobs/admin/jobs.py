@@ -16,7 +16,7 @@ from .. import registry
 from ..models import view_condition
 from ..states import Status, View
 from . import display
-from .actions import JOB_ACTIONS, JOB_ACTIONS_BY_FILTER, Action
+from .actions import JOB_ACTIONS, JOB_ACTIONS_BY_FILTER, Action, bulk_actions
 from .base import CappedChangeList, JobRowAdmin, QueueFilter, row_id
 from .dashboard import dashboard_view
 
@@ -112,7 +112,7 @@ class JobAdmin(JobRowAdmin):
     search_help_text = (
         "An id (#123 or 123), a job name (full or its function name) or a unique key."
     )
-    actions = ("run_now", "retry_now", "cancel")
+    actions = bulk_actions(JOB_ACTIONS)
     row_actions = JOB_ACTIONS
     fieldsets = (
         (None, {"fields": ("id", "name", "queue", "state", "priority", "unique_key")}),
@@ -211,8 +211,6 @@ class JobAdmin(JobRowAdmin):
             display.relative(obj.lease_expires_at),
         )
 
-    # -- detail ---------------------------------------------------------------------------------
-
     # -- detail and actions -----------------------------------------------------------------------
 
     def actions_for(self, request, obj) -> list[Action]:
@@ -243,7 +241,7 @@ class JobAdmin(JobRowAdmin):
             return HttpResponseRedirect(reverse(self.url_name("changelist")))
         return HttpResponseRedirect(page)
 
-    def _bulk(self, request, queryset, spec: Action) -> None:
+    def bulk(self, request, queryset, spec: Action) -> None:
         ids, truncated = self.bulk_ids(queryset)
         eligible = list(
             self.rows()
@@ -260,18 +258,6 @@ class JobAdmin(JobRowAdmin):
             spec.skipped(len(ids) - len(done), f"only {views} jobs qualify"),
             truncated,
         )
-
-    @admin.action(description=JOB_ACTIONS["run_now"].description, permissions=["operate"])
-    def run_now(self, request, queryset):
-        self._bulk(request, queryset, JOB_ACTIONS["run_now"])
-
-    @admin.action(description=JOB_ACTIONS["retry_now"].description, permissions=["operate"])
-    def retry_now(self, request, queryset):
-        self._bulk(request, queryset, JOB_ACTIONS["retry_now"])
-
-    @admin.action(description=JOB_ACTIONS["cancel"].description, permissions=["remove"])
-    def cancel(self, request, queryset):
-        self._bulk(request, queryset, JOB_ACTIONS["cancel"])
 
 
 def _views_q(views) -> Q:

@@ -58,18 +58,9 @@ SELECT * FROM pgjobs_job
 WHERE unique_key = %(unique_key)s AND status IN ('ready', 'running');
 
 -- name: claim_jobs
--- Claim up to `limit` due jobs for one worker, in one statement.
--- Why this shape: the inner SELECT walks pgjobs_job_claim_idx (partial: status = 'ready') in
--- claim order and stops after `limit` rows; FOR UPDATE SKIP LOCKED makes concurrent workers step
--- over each other's candidates instead of waiting, so N workers never block each other and
--- never claim the same row. Paused queues are read in the same statement (pgjobs_queue is tiny),
--- so a pause takes effect on every worker's next claim. The UPDATE counts the attempt now (a job that kills its worker still
--- spends attempts), stamps a fresh fencing token and sets the lease. `all_queues` is bound as a
--- literal, so the planner drops the queue test when a worker serves every queue. A ready row
--- whose max_attempts was lowered below its attempts gets this one last attempt (raising
--- max_attempts to match) instead of failing the attempts check and the whole claim with it.
--- The times come back as epoch seconds and the claim token not at all (the caller chose it):
--- decoding two timestamptz and a uuid per row was a third of a busy worker's dispatcher time.
+-- Claim up to `limit` due jobs for one worker, in one statement: the partial claim index in
+-- claim order, SKIP LOCKED so workers never wait for each other, attempt counted and fencing
+-- token stamped at claim time. Why each part: docs/explanation/claim.md.
 WITH candidates AS (
     SELECT id
     FROM pgjobs_job
@@ -78,7 +69,7 @@ WITH candidates AS (
       AND (%(all_queues)s OR queue = ANY(%(queues)s::text[]))
       AND queue NOT IN (SELECT name FROM pgjobs_queue WHERE paused)
     ORDER BY priority DESC, run_after, id
-    LIMIT %(limit)s
+    LIMIT %(limit)s::int
     FOR UPDATE SKIP LOCKED
 )
 UPDATE pgjobs_job AS j
@@ -88,7 +79,7 @@ SET status = 'running',
     claim_token = %(token)s::uuid,
     worker = %(worker)s,
     started_at = now(),
-    lease_expires_at = now() + %(lease_seconds)s * interval '1 second'
+    lease_expires_at = now() + %(lease_seconds)s::float8 * interval '1 second'
 FROM candidates
 WHERE j.id = candidates.id
 RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempts, j.max_attempts,
@@ -113,60 +104,26 @@ RETURNING j.id;
 -- name: complete_and_claim_jobs
 -- Acknowledge finished jobs and claim new ones in one round trip (the worker's hot path).
 -- Why one statement: with short jobs the round trip, not the work, is the cost; folding the
--- batch of acknowledgements into the next claim halves the statements per batch. The `done` CTE
--- is complete_jobs (fenced by claim token; `retain` picks the retained form), `candidates` and
--- `claimed` are claim_jobs unchanged. Both CTEs see one snapshot and touch disjoint rows (done:
--- running, candidates: ready). Output: one row per claimed job, then one row (id NULL) whose
--- `completed` holds the ids acknowledged; a missing id was no longer held under its token.
-WITH done AS (
-    SELECT d.id, d.token
-    FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS d(id, token)
-),
-deleted AS (
-    DELETE FROM pgjobs_job AS j
-    USING done
-    WHERE NOT %(retain)s
-      AND j.id = done.id AND j.claim_token = done.token AND j.status = 'running'
-    RETURNING j.id
-),
-retained AS (
-    UPDATE pgjobs_job AS j
-    SET status = 'successful', finished_at = now(), lease_expires_at = NULL, claim_token = NULL
-    FROM done
-    WHERE %(retain)s
-      AND j.id = done.id AND j.claim_token = done.token AND j.status = 'running'
-    RETURNING j.id
-),
-candidates AS (
-    SELECT id
-    FROM pgjobs_job
-    WHERE status = 'ready'
-      AND run_after <= now()
-      AND (%(all_queues)s OR queue = ANY(%(queues)s::text[]))
-      AND queue NOT IN (SELECT name FROM pgjobs_queue WHERE paused)
-    ORDER BY priority DESC, run_after, id
-    LIMIT %(limit)s::int
-    FOR UPDATE SKIP LOCKED
-),
-claimed AS (
-    UPDATE pgjobs_job AS j
-    SET status = 'running',
-        attempts = j.attempts + 1,
-        max_attempts = GREATEST(j.max_attempts, j.attempts + 1),
-        claim_token = %(token)s::uuid,
-        worker = %(worker)s,
-        started_at = now(),
-        lease_expires_at = now() + %(lease_seconds)s::float8 * interval '1 second'
-    FROM candidates
-    WHERE j.id = candidates.id
-    RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempts, j.max_attempts,
-              extract(epoch FROM j.run_after)::float8 AS run_after,
-              extract(epoch FROM j.created_at)::float8 AS created_at
-)
+-- batch of acknowledgements into the next claim halves the statements per batch
+-- (docs/explanation/acknowledgements.md). Made of complete_jobs and claim_jobs themselves.
+WITH completed AS ({{complete_jobs}}),
+{{claimed_then_completed}};
+
+-- name: complete_retained_and_claim_jobs
+-- complete_and_claim_jobs with retention on (complete_jobs_retained instead of complete_jobs).
+WITH completed AS ({{complete_jobs_retained}}),
+{{claimed_then_completed}};
+
+-- part: claimed_then_completed
+-- The end of the acknowledge-and-claim statements, after their `completed` CTE. Both CTEs see
+-- one snapshot and touch disjoint rows (completed: running, claimed: ready). Output: one row per
+-- claimed job, then one row (id NULL) whose `completed` holds the ids acknowledged; a missing
+-- id was no longer held under its token.
+claimed AS ({{claim_jobs}})
 SELECT claimed.*, NULL::bigint[] AS completed FROM claimed
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       ARRAY(SELECT id FROM deleted UNION ALL SELECT id FROM retained);
+       ARRAY(SELECT id FROM completed);
 
 -- name: retry_job
 -- Put a failed job back to 'ready' after `delay_seconds`, appending the error; fenced.
@@ -185,15 +142,21 @@ RETURNING id;
 WITH moved AS (
     DELETE FROM pgjobs_job
     WHERE id = %(id)s AND claim_token = %(token)s::uuid AND status = 'running'
-    RETURNING *
+    RETURNING *, %(reason)s::text AS reason, %(error_type)s::text AS error_type,
+              %(error)s::jsonb AS error
 )
+{{bury_moved}};
+
+-- part: bury_moved
+-- Insert the rows of the CTE `moved` (deleted pgjobs_job rows plus `reason`, `error_type` and
+-- `error`, a one-element jsonb array appended to their errors) into pgjobs_deadletter.
 INSERT INTO pgjobs_deadletter (job_id, name, queue, priority, args, kwargs, attempts,
                                max_attempts, unique_key, reason, error_type, errors,
                                created_at, started_at, failed_at)
 SELECT id, name, queue, priority, args, kwargs, attempts, max_attempts, unique_key,
-       %(reason)s, %(error_type)s, errors || %(error)s::jsonb, created_at, started_at, now()
+       reason, error_type, errors || error, created_at, started_at, now()
 FROM moved
-RETURNING id;
+RETURNING id
 
 -- name: release_jobs
 -- Hand claimed-but-unstarted jobs back without spending their attempt (graceful shutdown).
@@ -218,42 +181,31 @@ RETURNING j.id;
 -- to the dead-letter table when that was their last attempt. One statement; SKIP LOCKED lets
 -- several workers run it at once.
 WITH expired AS (
-    SELECT id, attempts >= max_attempts AS exhausted
+    SELECT id, attempts >= max_attempts AS exhausted,
+           jsonb_build_array(jsonb_build_object(
+               'at', now(), 'attempt', attempts, 'type', 'LeaseExpired',
+               'message', 'lease expired while running on worker ' || worker,
+               'traceback', '', 'worker', worker)) AS error
     FROM pgjobs_job
     WHERE status = 'running' AND lease_expires_at < now()
     ORDER BY lease_expires_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ),
-dead AS (
+moved AS (
     DELETE FROM pgjobs_job AS j
     USING expired
     WHERE j.id = expired.id AND expired.exhausted
-    RETURNING j.*
+    RETURNING j.*,
+              'attempts exhausted: the lease of the last attempt expired (worker died or hung)'
+                  AS reason,
+              'LeaseExpired' AS error_type, expired.error
 ),
-buried AS (
-    INSERT INTO pgjobs_deadletter (job_id, name, queue, priority, args, kwargs, attempts,
-                                   max_attempts, unique_key, reason, error_type, errors,
-                                   created_at, started_at, failed_at)
-    SELECT id, name, queue, priority, args, kwargs, attempts, max_attempts, unique_key,
-           'attempts exhausted: the lease of the last attempt expired (worker died or hung)',
-           'LeaseExpired',
-           errors || jsonb_build_array(jsonb_build_object(
-               'at', now(), 'attempt', attempts, 'type', 'LeaseExpired',
-               'message', 'lease expired while running on worker ' || worker,
-               'traceback', '', 'worker', worker)),
-           created_at, started_at, now()
-    FROM dead
-    RETURNING id
-),
+buried AS ({{bury_moved}}),
 requeued AS (
     UPDATE pgjobs_job AS j
     SET status = 'ready', run_after = now(), claim_token = NULL, lease_expires_at = NULL,
-        worker = '',
-        errors = j.errors || jsonb_build_array(jsonb_build_object(
-            'at', now(), 'attempt', j.attempts, 'type', 'LeaseExpired',
-            'message', 'lease expired while running on worker ' || j.worker,
-            'traceback', '', 'worker', j.worker))
+        worker = '', errors = j.errors || expired.error
     FROM expired
     WHERE j.id = expired.id AND NOT expired.exhausted
     RETURNING j.id
@@ -407,7 +359,7 @@ ORDER BY minute, queue;
 -- name: live_jobs_by_queue
 -- Ready and running jobs per queue, split into the operator views of states.View, and the
 -- leases past expiry. Reads every live row (never retained history): the dashboard only runs it
--- while pgjobs_job is small (metrics.EXACT_COUNT_ROWS).
+-- while pgjobs_job is small (admin/overview.py, EXACT_COUNT_ROWS).
 SELECT queue,
        count(*) FILTER (WHERE status = 'ready' AND attempts = 0 AND run_after <= now()) AS due,
        count(*) FILTER (WHERE status = 'ready' AND attempts = 0 AND run_after > now())

@@ -1,0 +1,152 @@
+"""Every index the models declare is used: EXPLAIN of the named statements (and of the admin's
+list queries) on a realistic table walks it. An index nothing uses costs every write and should
+go; this test names the statements each one serves (docs/reference/database.md)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import connection, models
+from django.utils import timezone
+
+from django_pgjobs import sql
+from django_pgjobs.models import DeadLetter, Job, QueueStat
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+#: Who each declared index is for; each must show up in the plan of at least these.
+EXPECTED_USERS = {
+    "pgjobs_job_claim_idx": {"claim_jobs", "complete_and_claim_jobs", "queue_heads"},
+    "pgjobs_job_lease_idx": {"rescue_expired", "running_jobs_by_queue"},
+    "pgjobs_job_finished_idx": {"prune_succeeded"},
+    "pgjobs_job_queue_status_idx": {"job_queue_names", "admin: jobs of one queue"},
+    "pgjobs_job_retrying_idx": {"retrying_jobs_in_queue"},
+    "pgjobs_job_unique_key_in_flight": {"find_in_flight_by_unique_key", "enqueue_job"},
+    "pgjobs_dl_failed_idx": {"admin: dead letters"},
+    "pgjobs_dl_type_idx": {"dead_letter_error_types"},
+    "pgjobs_dl_name_idx": {"dead_letter_names"},
+    "pgjobs_dl_queue_idx": {"dead_letters_by_queue", "job_queue_names"},
+    "pgjobs_stat_minute_idx": {"prune_queue_stats", "queue_stats_since"},
+    "pgjobs_stat_queue_minute": {"record_queue_stats"},
+}
+
+
+def params_for(name: str) -> dict:
+    now = timezone.now()
+    params = {
+        "ids": [1, 2, 3],
+        "tokens": [uuid.uuid4()] * 3,
+        "limit": 50,
+        "worker": "w",
+        "all_queues": False,
+        "queues": ["q3", "q7"],
+        "lease_seconds": 60.0,
+        "token": uuid.uuid4(),
+        "id": 5,
+        "reason": "r",
+        "error_type": "E",
+        "error": "[]",
+        "delay_seconds": 1.0,
+        "keep_seconds": 2 * 24 * 3600.0,
+        "name": "q3",
+        "paused": True,
+        "unique_key": "k-13",
+        "queue": "q3",
+        "cap": 10_001,
+        "since": now - timedelta(minutes=59),
+        "args": "[]",
+        "kwargs": "{}",
+        "priority": 0,
+        "run_after": None,
+        "max_attempts": 5,
+        "notify": True,
+        "unique_keys": [None],
+        "succeeded": [1],
+        "retried": [0],
+        "dead": [0],
+        "waits": ["{1}"],
+    }
+    if name == "enqueue_jobs":
+        params.update(args=["[]"], kwargs=["{}"])
+    if name == "extend_leases":
+        params["lease_seconds"] = [60.0] * 3
+    return params
+
+
+def seed_a_busy_installation() -> None:
+    """A million jobs in 20 queues (ready, scheduled, retrying, running, retained successful),
+    200,000 dead letters over two weeks, two days of per-minute statistics."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after,
+                                    attempts, max_attempts, unique_key, created_at, worker,
+                                    errors, lease_expires_at, finished_at, claim_token)
+            SELECT 'app.jobs.j' || (i % 40), 'q' || (i % 20), (i % 5) - 2, '[1]', '{}',
+                   CASE WHEN i % 100 = 0 THEN 'running' WHEN i % 4 = 0 THEN 'successful'
+                        ELSE 'ready' END,
+                   now() + ((i % 7) - 3) * interval '1 hour',
+                   CASE WHEN i % 50 = 1 THEN 2 WHEN i % 100 = 0 THEN 1 ELSE 0 END, 5,
+                   CASE WHEN i % 10 = 3 THEN 'k-' || i END, now(), '', '[]',
+                   CASE WHEN i % 100 = 0 THEN now() + interval '1 minute' END,
+                   CASE WHEN i % 4 = 0 AND i % 100 <> 0 THEN now() - interval '1 hour' END,
+                   CASE WHEN i % 100 = 0 THEN gen_random_uuid() END
+            FROM generate_series(1, 1000000) AS i
+            """
+        )
+        cursor.execute(
+            """
+            INSERT INTO pgjobs_deadletter (job_id, name, queue, priority, args, kwargs, attempts,
+                                           max_attempts, reason, error_type, errors, created_at,
+                                           started_at, failed_at)
+            SELECT i, 'app.jobs.j' || (i % 40), 'q' || (i % 20), 0, '[]', '{}', 5, 5, 'boom',
+                   'E' || (i % 12), '[]', now(), now(), now() - (i % 20000) * interval '1 minute'
+            FROM generate_series(1, 200000) AS i
+            """
+        )
+        cursor.execute(
+            """
+            INSERT INTO pgjobs_stat (queue, minute, succeeded, retried, dead, wait_buckets)
+            SELECT 'q' || q, date_trunc('minute', now()) - m * interval '1 minute', 1, 0, 0, '{1}'
+            FROM generate_series(0, 19) AS q, generate_series(0, 2879) AS m
+            """
+        )
+        cursor.execute("ANALYZE pgjobs_job")
+        cursor.execute("ANALYZE pgjobs_deadletter")
+        cursor.execute("ANALYZE pgjobs_stat")
+
+
+def plans() -> dict[str, str]:
+    """The plan of every named statement that touches the jobs tables, and of the admin's list
+    queries, by name."""
+    found = {}
+    with connection.cursor() as cursor:
+        for name, text in sql.QUERIES.items():
+            if "pgjobs_worker" in text:
+                continue  # the worker registry: a handful of rows, by primary key
+            cursor.execute("EXPLAIN " + text, params_for(name))
+            found[name] = "\n".join(row[0] for row in cursor.fetchall())
+    order = ("-priority", "run_after", "id")
+    found["admin: jobs of one queue"] = (
+        Job.objects.filter(queue="q3").order_by(*order)[:50].explain()
+    )
+    found["admin: dead letters"] = DeadLetter.objects.order_by("-failed_at", "-id")[:50].explain()
+    return found
+
+
+def test_every_declared_index_is_used_by_the_statements_it_is_for():
+    seed_a_busy_installation()
+    by_statement = plans()
+    declared = {
+        index.name
+        for model in (Job, DeadLetter, QueueStat)
+        for index in [*model._meta.indexes, *model._meta.constraints]
+        if isinstance(index, (models.Index, models.UniqueConstraint))
+    }
+    assert declared == set(EXPECTED_USERS), "declare who a new index is for"
+    for index, expected in EXPECTED_USERS.items():
+        users = {name for name, plan in by_statement.items() if re.search(rf"\b{index}\b", plan)}
+        assert expected <= users, (index, users)
