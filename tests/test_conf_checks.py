@@ -200,7 +200,9 @@ def test_atomic_jobs_on_a_jobs_database_other_than_default_is_check_w001(monkeyp
     with override_settings(PGJOBS={"DATABASE": "jobs"}):
         (warning,) = check_atomic_jobs_database()
     assert warning.id == "pgjobs.W001" and warning.level == 30  # WARNING
-    assert "job(s) use atomic=True" in warning.msg and "demo.jobs.record_atomic" in warning.msg
+    atomic = sorted(name for name, definition in registered().items() if definition.is_atomic())
+    assert "testproject.demo.jobs.record_atomic" in atomic
+    assert f"{len(atomic)} job(s) use atomic=True ({atomic[0]}, " in warning.msg
     assert "'jobs'" in warning.msg and "not rolled back" in warning.msg
 
     non_atomic = {n: d for n, d in registered().items() if d.atomic is not True}

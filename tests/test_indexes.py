@@ -68,6 +68,7 @@ def params_for(name: str) -> dict:
         "retried": [0],
         "dead": [0],
         "waits": ["{1}"],
+        "pids": [0],
     }
     if name == "enqueue_jobs":
         params.update(args=["[]"], kwargs=["{}"])
