@@ -19,13 +19,13 @@ from testproject import throwaway_pg
 
 # Starts a server, reports what it runs and where its files are, and exits (which stops it).
 START = """
-import json, psycopg
+import json, os, psycopg
 from testproject import throwaway_pg as t
 url = t.start()
 with psycopg.connect(url) as conn:
     version = conn.execute("SHOW server_version").fetchone()[0]
 print(json.dumps({"version": version, "description": t.server_description(),
-                  "data": str(t.data_dir()), "bin": __import__("os").environ[t.ENV_BIN]}))
+                  "data": str(t.data_dir()), "bin": os.environ[t.ENV_BIN]}))
 """
 
 
