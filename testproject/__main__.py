@@ -39,11 +39,12 @@ def demo() -> int:
     from django.test import Client
 
     from django_pgjobs.models import DeadLetter, Job
+    from testproject import throwaway_pg
     from testproject.demo import jobs
     from testproject.demo.models import Execution, Signup
 
     url = os.environ["DATABASE_URL"]
-    print(f"PostgreSQL: {url}")
+    print(f"PostgreSQL: {url} ({throwaway_pg.server_description() or 'from DATABASE_URL'})")
     client = Client()
     for email in ("ada@example.com", "grace@example.com", "linus@example.com"):
         client.post("/", {"email": email})

