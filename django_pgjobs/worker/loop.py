@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Sequence
 
-from django.db import DatabaseError, connections
+from django.db import DatabaseError
 
 from .. import metrics, operations, registry, signals
 from ..conf import get_config
@@ -28,6 +28,7 @@ from .executors import ExecutorPool
 from .failures import FailurePolicy
 from .faults import DispatcherDatabase, LoopBackoff
 from .listener import Listener
+from .logs import log_start, log_stats
 from .maintenance import units_for
 from .outcomes import WAKE, Failed, HandBack, LostLease, Stats, Succeeded, one_line, send
 from .ownership import ThreadOwner
@@ -151,7 +152,7 @@ class Worker:
         self.executors.start()
         if self.listener:
             self.listener.start()
-        self._log_start()
+        log_start(self)
         stop = self.stop
         try:
             self.db.with_retries(self._register)
@@ -159,7 +160,7 @@ class Worker:
             if not (stop.requested.is_set() and stop.past_give_up()):
                 raise
             self.shutdown.finish(database_down=True)  # stopped before the database came back
-            self._log_stats(final=True)
+            log_stats(self, final=True)
             return 0
         units = units_for(self)
         next_stats = time.monotonic() + self.stats_interval
@@ -222,7 +223,7 @@ class Worker:
                 stop.sleep(delay)
                 continue
             if now >= next_stats:
-                self._log_stats()
+                log_stats(self)
                 next_stats = now + self.stats_interval
             # Sleep until something happens: a result, a notification, a timer.
             deadline = min([next_stats] + [unit.next_due for unit in units])
@@ -238,7 +239,7 @@ class Worker:
             self._drain_events(block_for=max(0.0, deadline - time.monotonic()))
 
         self.shutdown.finish(database_down)
-        self._log_stats(final=True)
+        log_stats(self, final=True)
         return 0
 
     def _claim_due(self, more_ready: bool, next_poll: float) -> bool:
@@ -305,7 +306,7 @@ class Worker:
                 self.executors.submit(job, definition)
         return len(jobs) == limit
 
-    # -- events from the executors and the listener -------------------------------------------
+    # -- events from the executors and the listener ---------------------------------------------
 
     def _drain_events(self, block_for: float) -> None:
         try:
@@ -367,43 +368,3 @@ class Worker:
             queues=self.queues,
             concurrency=self.concurrency,
         )
-
-    # -- logging ----------------------------------------------------------------------------------
-
-    def _log_start(self) -> None:
-        settings_dict = connections[self.alias].settings_dict
-        logger.info(
-            "worker %s started: queues=%s concurrency=%d batch=%d prefetch=%d database=%s "
-            "(%s@%s:%s/%s) wake=%s",
-            self.id,
-            ",".join(self.queues) if self.queues else "all",
-            self.concurrency,
-            self.batch_size,
-            self.prefetch,
-            self.alias,
-            settings_dict.get("USER") or "-",
-            settings_dict.get("HOST") or "local",
-            settings_dict.get("PORT") or "5432",
-            settings_dict.get("NAME"),
-            f"listen+poll {self.poll_interval:g}s"
-            if self.listen
-            else f"poll {self.poll_interval:g}s",
-        )
-
-    def _log_stats(self, final: bool = False) -> None:
-        now = time.monotonic()
-        s = self.stats
-        elapsed = max(now - s.window_started, 1e-9)
-        logger.info(
-            "%s: processed=%d succeeded=%d retried=%d dead=%d lost=%d released=%d rate=%.1f/s",
-            "stopped" if final else "summary",
-            s.finished,
-            s.succeeded,
-            s.retried,
-            s.dead_lettered,
-            s.lost,
-            s.released,
-            s.window_finished / elapsed,
-        )
-        s.window_started = now
-        s.window_finished = 0
