@@ -30,10 +30,10 @@ def main() -> None:
     django.setup()
     from django.db import connections
 
-    from django_pgjobs.worker import _ExecutorConnections
+    from django_pgjobs.worker import ExecutorConnections
 
     connections["default"].settings_dict["CONN_MAX_AGE"] = None
-    slot = _ExecutorConnections()
+    slot = ExecutorConnections()
     print(f"no connection open: {per_job_microseconds(slot, 200_000):.2f} us per job")
     connections["default"].ensure_connection()
     print(f"one idle connection open: {per_job_microseconds(slot, 50_000):.2f} us per job")

@@ -293,9 +293,9 @@ def test_a_stale_run_finishing_keeps_the_new_claim_of_its_job():
         claim_token=uuid.uuid4(),
     )
     new = dataclasses.replace(old, attempts=2, claim_token=uuid.uuid4())
-    worker._held[new.id] = new
+    worker.held[new.id] = new
     worker._handle(_LostLease(old))  # the old run's atomic completion was refused
-    worker._settle_acks([old], done=set())  # or its batched acknowledgement was
-    assert worker._held == {7: new}
+    worker.acks.settle([old], done=set())  # or its batched acknowledgement was
+    assert worker.held == {7: new}
     worker._handle(_LostLease(new))
-    assert worker._held == {}
+    assert worker.held == {}

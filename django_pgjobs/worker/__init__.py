@@ -1,0 +1,83 @@
+"""The worker: the loop behind ``manage.py runjobs``.
+
+Summary
+    One dispatcher thread claims batches sized to free execution slots and hands them to
+    ``concurrency`` executor threads; it acknowledges successes in batches, records failures
+    (retry with backoff, or dead letter) and runs the maintenance units (lease heartbeat,
+    registry touch, rescue and prune, metrics flush). A listener thread (when ``LISTEN_NOTIFY``
+    is on) wakes it as soon as a job is enqueued. ``docs/explanation/worker.md`` walks through
+    the parts.
+
+Usage
+    ``Worker(queues=["emails"], concurrency=8).run()`` returns the exit code. Tests call
+    ``run()`` in-process with ``burst=True``; ``runjobs`` is a thin shell over it.
+
+Options (defaults)
+    ``queues`` (None: all), ``concurrency`` (1), ``batch_size`` (max jobs per claim, 10),
+    ``prefetch`` (jobs claimed beyond free slots, 0), ``burst`` (False), ``max_jobs`` (None),
+    ``poll_interval``/``shutdown_grace``/``listen`` (from settings), ``stats_interval`` (60 s).
+
+Thread ownership
+    - The dispatcher thread (the one calling ``run()``) owns the jobs connection
+      (``Worker.db``), the held jobs (``Worker.held``), the acknowledgements (``Worker.acks``),
+      the stats and metrics counts, and runs the failure policy, the maintenance units and the
+      shutdown steps. ``Worker.owner.check()`` raises ``WrongThread`` from any other thread.
+    - Each executor thread owns its thread-local connections (``ExecutorConnections``); the
+      dispatcher only reads which job one runs and its server pids, to end abandoned jobs.
+    - The listener thread owns its own thread-local connection, in LISTEN.
+    - Everything else crosses threads as messages on ``Worker.events`` (executors and listener
+      to dispatcher) and ``(job, definition)`` items on the executor pool's to-do queue
+      (dispatcher to executors); a stop request is a ``StopState`` any thread may set.
+
+Guarantees
+    Every completion and failure is fenced by the claim token. An ``atomic`` job's function and
+    its completion commit in one transaction on the executor's connection. On SIGTERM/SIGINT the
+    worker stops claiming, hands back claimed-but-unstarted jobs without spending an attempt,
+    lets running jobs finish for ``shutdown_grace`` seconds (then ends their statements), and
+    exits 0; a second signal exits within ``FORCED_EXIT_SECONDS``. After every job its
+    executor's connections are idle in autocommit with the session Django configured (what a
+    job left open fails that job); a connection found dead before a job, or at its first
+    statement, costs no attempt. "Not right now" database errors are waited out.
+
+Instrumentation
+    ``django_pgjobs.signals`` and the ``django_pgjobs.worker`` logger (start-up line, one line
+    per failure, a periodic summary).
+"""
+
+from .acks import ACK_DELAY_SECONDS
+from .connections import ExecutorConnections
+from .faults import CONNECTION_ERRORS, TRANSIENT_SQLSTATE_CLASSES, TRANSIENT_SQLSTATES
+from .listener import NOTIFY_CHANNEL
+from .loop import ECHO_POLL_SECONDS, Worker
+from .outcomes import (
+    ConnectionClosedByJob,
+    LeaseLost,
+    LostLease,
+    RolledBack,
+    Stats,
+    TransactionLeftOpen,
+)
+from .ownership import WrongThread
+from .stopping import FORCED_EXIT_SECONDS
+
+# The names these had when the worker was one module.
+_LostLease = LostLease
+_ExecutorConnections = ExecutorConnections
+
+__all__ = [
+    "ACK_DELAY_SECONDS",
+    "CONNECTION_ERRORS",
+    "ECHO_POLL_SECONDS",
+    "FORCED_EXIT_SECONDS",
+    "NOTIFY_CHANNEL",
+    "TRANSIENT_SQLSTATES",
+    "TRANSIENT_SQLSTATE_CLASSES",
+    "ConnectionClosedByJob",
+    "ExecutorConnections",
+    "LeaseLost",
+    "RolledBack",
+    "Stats",
+    "TransactionLeftOpen",
+    "Worker",
+    "WrongThread",
+]

@@ -1,0 +1,125 @@
+"""The failure policy: what becomes of a job that did not succeed.
+
+A failed attempt is retried after its job's backoff, or dead-lettered when it was the last; a
+job this worker cannot run (unknown name, arguments that do not fit) is dead-lettered at once;
+a job whose first statement met a connection that had died while idle is handed back without
+spending an attempt. Every step is fenced by the claim token and rides out database faults.
+Dispatcher thread only.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from .. import errors, operations, redaction, registry, signals
+from ..operations import ClaimedJob
+from .outcomes import HandBack, one_line, send
+
+logger = logging.getLogger("django_pgjobs.worker")
+
+
+class FailurePolicy:
+    def __init__(self, worker) -> None:
+        self.worker = worker
+
+    def admit(self, job: ClaimedJob) -> registry.JobDefinition | None:
+        """The definition to run ``job`` with, or None after dead-lettering a job that names no
+        registered function or whose arguments do not fit it."""
+        worker_id = self.worker.id
+        try:
+            definition = registry.get(job.name)
+        except registry.UnknownJobError as error:
+            self.dead_letter(
+                job,
+                reason=f"unknown job {job.name!r}: no function is registered under this name "
+                "in this worker",
+                error=errors.error_entry(
+                    job.attempts, error_type="UnknownJob", message=str(error), worker=worker_id
+                ),
+            )
+            return None
+        try:
+            definition.check_arguments(job.args, job.kwargs)
+        except TypeError as error:
+            self.dead_letter(
+                job,
+                reason=f"arguments do not fit {job.name}: {error}",
+                error=errors.error_entry(
+                    job.attempts, error_type="BadArguments", message=str(error), worker=worker_id
+                ),
+            )
+            return None
+        job.lease_seconds = definition.get_lease_seconds()
+        return definition
+
+    def record_failure(self, job: ClaimedJob, error: BaseException) -> None:
+        worker = self.worker
+        worker.owner.check()
+        entry = errors.error_entry(job.attempts, error, worker=worker.id)
+        entry = redaction.hide_secrets(entry, job)  # stored, shown and logged: no secrets
+        summary = f"{entry['type']}: {one_line(entry['message'])}"
+        if job.is_last_attempt:
+            self.dead_letter(
+                job,
+                reason=f"attempts exhausted ({job.attempts}/{job.max_attempts}): {summary}",
+                error=entry,
+            )
+            return
+        definition = registry.get(job.name)
+        delay = definition.get_retry().delay(job.attempts)
+        worker.finish(job)
+        db = worker.db
+        if db.with_retries(lambda: operations.retry_job(db.connection(), job, entry, delay)):
+            worker.stats.retried += 1
+            worker.metrics.retried(job)
+            send(signals.job_failed, worker.sender, job=job, error=error, retry_in=delay)
+            logger.warning(
+                "job %s #%s failed (attempt %d/%d): %s; retrying in %.1fs",
+                job.name,
+                job.id,
+                job.attempts,
+                job.max_attempts,
+                summary,
+                delay,
+            )
+        else:
+            worker.stats.lost += 1
+            logger.warning(
+                "job %s #%s failed but its lease was lost; its new owner decides", job.name, job.id
+            )
+
+    def dead_letter(self, job: ClaimedJob, *, reason: str, error: dict) -> None:
+        worker = self.worker
+        worker.owner.check()
+        worker.finish(job)
+        db = worker.db
+        dead_id = db.with_retries(
+            lambda: operations.dead_letter_job(db.connection(), job, reason=reason, error=error)
+        )
+        if dead_id is None:
+            worker.stats.lost += 1
+            return
+        worker.stats.dead_lettered += 1
+        worker.metrics.dead(job)
+        send(signals.job_dead_lettered, worker.sender, job=job, reason=reason)
+        # a forged row's name is anything: printed as a literal, it cannot fake log lines
+        name = job.name if job.name.isprintable() else repr(job.name)
+        logger.error("job %s #%s dead-lettered (#%s): %s", name, job.id, dead_id, reason)
+
+    def hand_back(self, item: HandBack) -> None:
+        """Give back, attempt not spent, a job whose first statement found its executor's
+        connection dead (dropped while idle: nothing the job did)."""
+        worker = self.worker
+        worker.owner.check()
+        db = worker.db
+        released = db.with_retries(lambda: operations.release_jobs(db.connection(), [item.job]))
+        worker.finish(item.job)
+        if released:
+            worker.stats.released += 1
+        logger.warning(
+            "job %s #%s handed back without spending an attempt: its first statement found the "
+            "connection dead (%s)",
+            item.job.name,
+            item.job.id,
+            one_line(item.error),
+        )

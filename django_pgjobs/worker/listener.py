@@ -1,0 +1,60 @@
+"""The listener: a thread that wakes the dispatcher as soon as a job is enqueued.
+
+It holds its own connection (thread-local, in LISTEN ``pgjobs``), touches nothing else, and
+speaks to the dispatcher only through ``Worker.wake()`` (an event plus a message on the events
+queue). It never dies: a lost connection is re-opened with a doubling back-off, and a wake is
+sent after each (re)connection for what was enqueued while it was not listening.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from django.db import connections
+
+from .faults import FIRST_WAIT_SECONDS, next_wait
+from .outcomes import one_line
+
+logger = logging.getLogger("django_pgjobs.worker")
+
+NOTIFY_CHANNEL = "pgjobs"
+
+
+class Listener:
+    def __init__(self, worker) -> None:
+        self.worker = worker
+        self.thread = threading.Thread(target=self.run, name="pgjobs-listener", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def run(self) -> None:
+        """Wake the dispatcher on NOTIFY pgjobs (payload: the queue of a due job)."""
+        worker = self.worker
+        stop = worker.stop.requested
+        delay = FIRST_WAIT_SECONDS
+        wanted = set(worker.queues) if worker.queues else None
+        while not stop.is_set():
+            connection = connections[worker.alias]
+            try:
+                connection.ensure_connection()
+                raw = connection.connection
+                raw.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                worker.wake()  # anything enqueued while we were not listening
+                delay = FIRST_WAIT_SECONDS
+                while not stop.is_set():
+                    for notify in raw.notifies(timeout=0.25):
+                        if wanted is None or notify.payload in wanted:
+                            worker.wake()
+                        if stop.is_set():
+                            break
+            except Exception as error:  # noqa: BLE001 - the listener must never die
+                logger.info("listener reconnecting in %.1fs: %s", delay, one_line(error))
+                try:
+                    connection.close()
+                except Exception:  # noqa: BLE001
+                    pass
+                worker.stop.sleep(delay)
+                delay = next_wait(delay)
+        connections.close_all()

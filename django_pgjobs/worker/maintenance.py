@@ -1,0 +1,107 @@
+"""Periodic maintenance: small units the dispatcher runs between claims.
+
+Each unit does one duty in ``run_once()`` and says when it is next due (``interval``). The
+dispatcher runs the due units on its own thread and connection; a unit whose statement fails on
+a "not right now" error stays due and runs again after the loop's back-off.
+
+The units, their intervals and what each does: ``docs/explanation/worker.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+
+from .. import operations
+
+logger = logging.getLogger("django_pgjobs.worker")
+
+
+class MaintenanceUnit:
+    """One periodic duty: first due one ``interval()`` after start (``first_delay()``), then
+    every ``interval()``."""
+
+    def __init__(self, worker) -> None:
+        self.worker = worker
+        self.next_due = time.monotonic() + self.first_delay()
+
+    def interval(self) -> float:
+        raise NotImplementedError
+
+    def first_delay(self) -> float:
+        return self.interval()
+
+    def run_once(self) -> None:
+        raise NotImplementedError
+
+    def run_if_due(self, now: float) -> None:
+        if now >= self.next_due:
+            self.run_once()
+            self.next_due = now + self.interval()
+
+
+class MetricsFlush(MaintenanceUnit):
+    def interval(self) -> float:
+        return self.worker.metrics.flush_seconds
+
+    def run_once(self) -> None:
+        self.worker.metrics.maybe_flush(self.worker.db.connection(), force=True)
+
+
+class OnHeartbeat(MaintenanceUnit):
+    """A duty run every ``HEARTBEAT_SECONDS``."""
+
+    def interval(self) -> float:
+        return self.worker.heartbeat_seconds
+
+
+class LeaseHeartbeat(OnHeartbeat):
+    def run_once(self) -> None:
+        held = self.worker.held
+        jobs = list(held.values())
+        if not jobs:
+            return
+        kept = operations.extend_leases(self.worker.db.connection(), jobs)
+        for job in jobs:
+            if job.id not in kept and job.id in held:
+                logger.warning("lease of job %s #%s was lost (rescued elsewhere)", job.name, job.id)
+
+
+class RegistryTouch(OnHeartbeat):
+    def run_once(self) -> None:
+        worker = self.worker
+        operations.touch_worker(
+            worker.db.connection(),
+            worker.id,
+            # a worker missing this many heartbeats (or one lease) is shown as gone
+            forget_seconds=max(worker.lease_seconds, 5 * worker.heartbeat_seconds),
+        )
+
+
+class Rescuer(MaintenanceUnit):
+    def first_delay(self) -> float:
+        return 0.0  # at start: picks up what a crashed predecessor left
+
+    def interval(self) -> float:
+        # jittered so that workers started together do not rescue together
+        return self.worker.rescue_interval * random.uniform(0.8, 1.2)
+
+    def run_once(self) -> None:
+        worker = self.worker
+        connection = worker.db.connection()
+        requeued, buried = operations.rescue_expired(connection)
+        if requeued or buried:
+            logger.warning(
+                "rescued %d job(s) with expired leases (%d requeued, %d dead-lettered)",
+                requeued + buried,
+                requeued,
+                buried,
+            )
+        if worker.keep_succeeded > 0:
+            operations.prune_succeeded(connection, worker.keep_succeeded)
+
+
+def units_for(worker) -> list[MaintenanceUnit]:
+    """The dispatcher's units, in the order they run within a turn."""
+    return [MetricsFlush(worker), LeaseHeartbeat(worker), RegistryTouch(worker), Rescuer(worker)]
