@@ -16,6 +16,7 @@ from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import IGNORED_PARAMS, ChangeList
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
+from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.urls import path, reverse
 from django.utils.functional import cached_property
@@ -247,6 +248,23 @@ class JobRowAdmin(OperatorAdmin):
 
     change_form_template = "admin/django_pgjobs/job_change_form.html"
     change_list_template = "admin/django_pgjobs/change_list.html"
+
+    def get_search_results(self, request, queryset, search_term):
+        """A number finds the row by id (``search_by_id``), anything else by job name, the
+        dotted path's last part, or the subclass's other columns (``search_by_text``)."""
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        number = row_id(term)
+        if number is not None:
+            return queryset.filter(self.search_by_id(number)), False
+        return self.search_by_text(queryset, term), False
+
+    def search_by_id(self, number: int) -> Q:
+        return Q(id=number)
+
+    def search_by_text(self, queryset, term: str):
+        return queryset.filter(Q(name=term) | Q(name__endswith=f".{term}"))
 
     @admin.display(description="args")
     def arguments(self, obj):

@@ -22,7 +22,6 @@ from .base import (
     ValueFilter,
     plural,
     require_view,
-    row_id,
 )
 
 LIST_FIELDS = (
@@ -109,16 +108,13 @@ class DeadLetterAdmin(JobRowAdmin):
     def get_changelist(self, request, **kwargs):
         return DeadLetterChangeList
 
-    def get_search_results(self, request, queryset, search_term):
-        term = search_term.strip()
-        if not term:
-            return queryset, False
-        number = row_id(term)
-        if number is not None:
-            return queryset.filter(Q(id=number) | Q(job_id=number)), False
-        return queryset.filter(
-            Q(name=term) | Q(name__endswith=f".{term}") | Q(error_type=term) | Q(unique_key=term)
-        ), False
+    def search_by_id(self, number: int) -> Q:
+        return Q(id=number) | Q(job_id=number)  # the dead letter's own id or its job's
+
+    def search_by_text(self, queryset, term: str):
+        return super().search_by_text(queryset, term) | queryset.filter(
+            Q(error_type=term) | Q(unique_key=term)
+        )
 
     @admin.display(description="id")
     def dead_letter_id(self, obj):

@@ -17,7 +17,7 @@ from ..models import view_condition
 from ..states import Status, View
 from . import display
 from .actions import JOB_ACTIONS, JOB_ACTIONS_BY_FILTER, Action, bulk_actions
-from .base import CappedChangeList, JobRowAdmin, QueueFilter, row_id
+from .base import CappedChangeList, JobRowAdmin, QueueFilter
 from .dashboard import dashboard_view
 
 LIST_FIELDS = (
@@ -152,21 +152,13 @@ class JobAdmin(JobRowAdmin):
             return ["-finished_at", "-id"]  # pgjobs_job_finished_idx
         return ["-id"]  # newest first (primary key)
 
-    def get_search_results(self, request, queryset, search_term):
-        term = search_term.strip()
-        if not term:
-            return queryset, False
-        number = row_id(term)
-        if number is not None:
-            return queryset.filter(id=number), False
+    def search_by_text(self, queryset, term: str):
         # A unique key held by a ready or running job is found through its unique index; an OR
         # with the name tests would read the whole table instead.
         in_flight = Q(unique_key=term, status__in=[Status.READY, Status.RUNNING])
         if self.rows().filter(in_flight).exists():
-            return queryset.filter(in_flight), False
-        return queryset.filter(
-            Q(name=term) | Q(name__endswith=f".{term}") | Q(unique_key=term)
-        ), False
+            return queryset.filter(in_flight)
+        return super().search_by_text(queryset, term) | queryset.filter(unique_key=term)
 
     def get_actions(self, request, action_location=None):
         actions = super().get_actions(request, action_location)
