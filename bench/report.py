@@ -109,6 +109,21 @@ def write_reports(results: dict) -> str:
             )
             + f" ({_medians_of(raw)})."
         )
+    notify = results.get("notify") or {}
+    if notify.get("off"):
+        off = notify["off"]
+        lines.append("")
+        lines.append(
+            "NOTIFY at commit (8 threads, one job per explicit transaction, psycopg): "
+            f"{off:,.0f} jobs/s without notifications; "
+            f"{notify['in_transaction']:,.0f} ({notify['in_transaction'] / off:.0%}) with "
+            "pg_notify in every transaction; "
+            f"{notify['after_every_commit']:,.0f} ({notify['after_every_commit'] / off:.0%}) "
+            "with notify_queue after every commit; "
+            f"{notify['after_commit_coalesced']:,.0f} "
+            f"({notify['after_commit_coalesced'] / off:.0%}) with notify_queue after a commit "
+            f"at most every 10 ms per thread ({_medians_of(notify)})."
+        )
     claim = results.get("claim_cost") or {}
     if claim.get("rows_large"):
         small, large = claim["rows_10k"], claim["rows_large"]

@@ -440,6 +440,12 @@ class Bench:
                 self.url("pgjobs"), self.quick, self.repeat
             )
             log(f"   {self.results['raw_sql']}")
+        if "pgjobs" in systems and (not self.args.only or "notify" in self.args.only):
+            log("== NOTIFY at commit, 8 producers (one job per transaction, psycopg)")
+            self.results["notify"] = sqlbench.notify_cost(
+                self.url("pgjobs"), self.quick, self.repeat
+            )
+            log(f"   {self.results['notify']}")
         if "pgjobs" in systems and (not self.args.only or "claim" in self.args.only):
             log("== claim cost with history")
             self.results["claim_cost"] = sqlbench.claim_cost(
