@@ -39,6 +39,8 @@ from bench.report import write_reports  # noqa: E402
 
 # Per system: the package that must be importable, how to count unfinished jobs, how to empty
 # the queue between runs, and each one's best settings (found by trying; see docs/benchmarks.md).
+# Every worker option is spelled out here: a driver given no options starts the system with its
+# documented defaults, which is what the "no flags" drain rows measure.
 SYSTEMS: dict[str, dict] = {
     "pgjobs": {
         "label": "django-pgjobs",
@@ -47,9 +49,9 @@ SYSTEMS: dict[str, dict] = {
         "WHERE status IN ('ready', 'running') LIMIT 1) AS left_",
         "reset": "TRUNCATE pgjobs_job, pgjobs_deadletter, pgjobs_worker",
         "drain": ["--concurrency", "2", "--batch", "200", "--prefetch", "400"],
-        "sleepy": ["--concurrency", "32", "--batch", "50"],
-        "latency": ["--concurrency", "4"],
-        "poll": ["--concurrency", "4", "--poll", "1"],
+        "sleepy": ["--concurrency", "32", "--batch", "50", "--prefetch", "0"],
+        "latency": ["--concurrency", "4", "--batch", "10", "--prefetch", "0"],
+        "poll": ["--concurrency", "4", "--batch", "10", "--prefetch", "0", "--poll", "1"],
     },
     "pgqueuer": {
         "label": "PgQueuer",
@@ -111,6 +113,9 @@ SIZES = {
     "history": (5_000_000, 500_000),
 }
 SLOW = {"procrastinate", "tasksdb"}
+# Measurements of django-pgjobs taken again with notifications off right after each run with
+# them on, under the same load: key of the "on" figure -> key of the "off" one.
+NOTIFY_OFF = {"enqueue_8": "enqueue_8_nonotify", "enqueue_8_atomic": "enqueue_8_atomic_nonotify"}
 DRAIN_SIZE = {"pgjobs": "drain_fast", "pgqueuer": "drain_fast", "celery": "drain_medium"}
 
 
@@ -239,12 +244,16 @@ class Bench:
 
     # -- measurements ---------------------------------------------------------------------------
 
-    def enqueue_rate(self, system: str, producers: int, **env: str) -> float:
+    def enqueue_rate(
+        self, system: str, producers: int, command: str = "enqueue", **env: str
+    ) -> float:
+        """Jobs/s of ``producers`` processes enqueueing one job per transaction: autocommit
+        (``enqueue``) or each job in its own ``transaction.atomic()`` block (``enqueue-atomic``)."""
         n = self.size("enqueue") // (2 if system in SLOW else 1)
         per = n // producers
         procs = [
             subprocess.Popen(
-                [sys.executable, "-m", f"bench.drivers.{system}", "enqueue", str(per)],
+                [sys.executable, "-m", f"bench.drivers.{system}", command, str(per)],
                 cwd=ROOT,
                 env=self.env(system, **env),
                 stdin=subprocess.PIPE,
@@ -338,10 +347,16 @@ class Bench:
             ("enqueue_1", lambda: self.enqueue_rate(system, 1)),
             ("enqueue_8", lambda: self.enqueue_rate(system, 8)),
             ("bulk", lambda: self.bulk_rate(system)),
+            ("drain_defaults_1", lambda: self.drain_rate(system, 1, [])),
+            ("drain_defaults_2", lambda: self.drain_rate(system, 2, [])),
             ("drain_1", lambda: self.drain_rate(system, 1, spec["drain"])),
             ("drain_2", lambda: self.drain_rate(system, 2, spec["drain"])),
             ("sleepy", lambda: self.drain_rate(system, 1, spec["sleepy"], sleepy=True)),
         ]
+        if system == "pgjobs":  # the README's pattern; only django-pgjobs can turn NOTIFY off
+            steps.insert(
+                2, ("enqueue_8_atomic", lambda: self.enqueue_rate(system, 8, "enqueue-atomic"))
+            )
         if spec["latency"] is not None:
             steps.append(("latency_listen", lambda: self.latency(system, spec["latency"], False)))
         if spec["poll"] is not None:
@@ -369,11 +384,12 @@ class Bench:
                     started = time.time()
                     try:
                         samples.setdefault(system, []).append(step[1]())
-                        if system == "pgjobs" and name == "enqueue_8":
+                        if system == "pgjobs" and name in NOTIFY_OFF:
                             # notifications off, right after on: the same load for both
-                            off = self.enqueue_rate(system, 8, BENCH_NOTIFY="0")
+                            command = "enqueue-atomic" if "atomic" in name else "enqueue"
+                            off = self.enqueue_rate(system, 8, command, BENCH_NOTIFY="0")
                             samples.setdefault("pgjobs:nonotify", []).append(off)
-                            log(f"   enqueue_8_nonotify pgjobs #{rep + 1}: {_short(off)}")
+                            log(f"   {NOTIFY_OFF[name]} pgjobs #{rep + 1}: {_short(off)}")
                     except Exception as error:  # noqa: BLE001 - one failure must not end the run
                         errors[system] = str(error)[-500:]
                         log(f"   {name} {system}: ERROR {errors[system]}")
@@ -384,7 +400,7 @@ class Bench:
                     )
             if "pgjobs:nonotify" in samples:
                 values = samples.pop("pgjobs:nonotify")
-                self.results["systems"]["pgjobs"]["enqueue_8_nonotify"] = {
+                self.results["systems"]["pgjobs"][NOTIFY_OFF[name]] = {
                     "median": statistics.median(values),
                     "samples": values,
                 }
@@ -424,6 +440,12 @@ class Bench:
                 self.url("pgjobs"), self.quick, self.repeat
             )
             log(f"   {self.results['raw_sql']}")
+        if "pgjobs" in systems and (not self.args.only or "notify" in self.args.only):
+            log("== NOTIFY at commit, 8 producers (one job per transaction, psycopg)")
+            self.results["notify"] = sqlbench.notify_cost(
+                self.url("pgjobs"), self.quick, self.repeat
+            )
+            log(f"   {self.results['notify']}")
         if "pgjobs" in systems and (not self.args.only or "claim" in self.args.only):
             log("== claim cost with history")
             self.results["claim_cost"] = sqlbench.claim_cost(

@@ -4,6 +4,12 @@
                 connection: one job per claim (claim_jobs + complete_jobs, two statements per
                 job) and batches of 50 (complete_and_claim_jobs, one statement per batch); and
                 the commit wall of enqueue: a bare one-row INSERT per transaction.
+``notify_cost`` jobs/s of 8 threads, each inserting one job per explicit transaction, by how
+                the workers are woken: no notification, ``pg_notify`` inside every transaction,
+                ``notify_queue`` after every commit, and ``notify_queue`` after a commit unless
+                that thread notified less than 10 ms before (what enqueue does inside
+                ``transaction.atomic()``). The database's side alone: no Django, no Python per
+                job beyond psycopg.
 ``claim_cost``  time of one claim statement (batch of 10, acknowledgements folded in) with 10k
                 and with millions of rows of history (retained successful jobs) and scheduled
                 jobs in pgjobs_job. The table is filled once per size; the timing is repeated.
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import re
 import statistics
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -159,6 +166,67 @@ def _raw_limit_once(conn, q: dict[str, str], quick: bool) -> dict:
     results["insert_1_per_tx_per_s"] = n / (time.perf_counter() - start)
     conn.execute("TRUNCATE pgjobs_job")
     return results
+
+
+def notify_cost(url: str, quick: bool, repeat: int = 1) -> dict:
+    notify_after = queries()["notify_queue"]
+    coalesce = 0.01  # enqueueing.NOTIFY_COALESCE_SECONDS
+
+    def off(conn, state):
+        with conn.transaction():
+            conn.execute(INSERT_ONE, prepare=True)
+
+    def in_transaction(conn, state):
+        with conn.transaction():
+            conn.execute(INSERT_ONE, prepare=True)
+            conn.execute("SELECT pg_notify('pgjobs', 'default')", prepare=True)
+
+    def after_every_commit(conn, state):
+        off(conn, state)
+        conn.execute(notify_after, {"queue": "default"}, prepare=True)
+
+    def after_commit_coalesced(conn, state):
+        off(conn, state)
+        if time.monotonic() - state.get("last", float("-inf")) >= coalesce:
+            conn.execute(notify_after, {"queue": "default"}, prepare=True)
+            state["last"] = time.monotonic()
+
+    modes = {
+        "off": off,
+        "in_transaction": in_transaction,
+        "after_every_commit": after_every_commit,
+        "after_commit_coalesced": after_commit_coalesced,
+    }
+    per = 150 if quick else 600
+    samples = []
+    for _ in range(repeat):  # every mode once per repetition, under the load of the moment
+        samples.append({name: _producers(url, 8, per, body) for name, body in modes.items()})
+    return medians(samples)
+
+
+def _producers(url: str, threads: int, per: int, body) -> float:
+    """Jobs/s of ``threads`` connections running ``body`` ``per`` times each, started at once."""
+    conns = [psycopg.connect(url, autocommit=True) for _ in range(threads)]
+    go = threading.Barrier(threads + 1)
+
+    def produce(conn) -> None:
+        state: dict = {}
+        go.wait()
+        for _ in range(per):
+            body(conn, state)
+
+    workers = [threading.Thread(target=produce, args=(conn,)) for conn in conns]
+    for worker in workers:
+        worker.start()
+    go.wait()
+    start = time.perf_counter()
+    for worker in workers:
+        worker.join()
+    elapsed = time.perf_counter() - start
+    conns[0].execute("TRUNCATE pgjobs_job")
+    for conn in conns:
+        conn.close()
+    return threads * per / elapsed
 
 
 def _claim_latency(conn, sql: str) -> dict:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from django.db import connections
 from django.db.models.base import ModelState
 from django.utils import timezone
 
@@ -73,37 +75,66 @@ def _to_job(row: dict[str, Any], alias: str) -> Job:
     return Job.from_db(alias, fields, [row[name] for name in fields])
 
 
-#: Seconds during which a process sends at most one notification per queue for jobs enqueued
-#: outside a transaction: NOTIFY serializes commits (docs/explanation/notifications.md).
+#: Seconds during which a process sends at most one notification per queue: NOTIFY serializes
+#: commits (docs/explanation/notifications.md, docs/explanation/notify-in-transactions.md).
 NOTIFY_COALESCE_SECONDS = 0.01
+#: When this process last delivered a notification, per (database alias, queue).
 _last_notified: dict[tuple[str, str], float] = {}
 
 
-def _notify_worthwhile(connection, params: dict[str, Any]) -> bool:
-    """False when this process notified the job's queue less than NOTIFY_COALESCE_SECONDS ago.
+def _notified_recently(alias: str, queue: str) -> bool:
+    """True when this process delivered a notification for ``queue`` less than
+    NOTIFY_COALESCE_SECONDS ago: a job committed now is seen by the woken workers' next claim."""
+    last = _last_notified.get((alias, queue), float("-inf"))
+    return time.monotonic() - last < NOTIFY_COALESCE_SECONDS
 
-    Inside a transaction the notification is delivered at commit, whenever that is (PostgreSQL
-    folds a transaction's identical notifications into one): always send it. A job that is not
-    due now sends none (the SQL checks) and does not count.
-    """
-    if connection.in_atomic_block or params["run_after"] is not None:
+
+def _delivered(alias: str, queue: str) -> None:
+    _last_notified[(alias, queue)] = time.monotonic()
+
+
+def _notify_after_commit(alias: str, queue: str) -> None:
+    if not _notified_recently(alias, queue):
+        db.execute(connections[alias], "notify_queue", {"queue": queue})
+        _delivered(alias, queue)
+
+
+def _wakes_after_commit(connection) -> bool:
+    """Inside ``transaction.atomic()`` the wake-up goes out after the commit, not with the
+    INSERT: a NOTIFY in the caller's transaction would hold the cluster-wide notify lock through
+    its commit, so every such transaction would commit alone. Only when Django will run
+    ``on_commit`` callbacks at that commit (not under manual transaction management)."""
+    return connection.in_atomic_block and connection.commit_on_exit
+
+
+def _notify_in_statement(connection, params: dict[str, Any]) -> bool:
+    """Whether the INSERT itself notifies. In autocommit it commits at once: skip when this
+    process notified the queue less than NOTIFY_COALESCE_SECONDS ago. Under manual transaction
+    management the notification is delivered at a commit that may come much later: always send
+    it (PostgreSQL folds a transaction's identical notifications into one). A job that is not
+    due now sends none (the SQL checks) and does not count."""
+    if not connection.get_autocommit() or params["run_after"] is not None:
         return True
-    key = (connection.alias, params["queue"])
-    now = time.monotonic()
-    if now - _last_notified.get(key, float("-inf")) < NOTIFY_COALESCE_SECONDS:
-        return False
-    _last_notified[key] = now
-    return True
+    return not _notified_recently(connection.alias, params["queue"])
 
 
 def enqueue_definition(definition: JobDefinition, args: tuple | list, kwargs: dict) -> Job:
     params = _row_params(definition, args, kwargs)
     config = get_config()
     connection = db.jobs_connection()
-    notify = config.LISTEN_NOTIFY and _notify_worthwhile(connection, params)
+    after_commit = config.LISTEN_NOTIFY and _wakes_after_commit(connection)
+    notify = config.LISTEN_NOTIFY and not after_commit and _notify_in_statement(connection, params)
     rows = db.execute_prepared(connection, "enqueue_job", {**params, "notify": notify})
+    if notify and rows and params["run_after"] is None and connection.get_autocommit():
+        _delivered(connection.alias, params["queue"])  # the statement has committed
     if rows:
         (row,) = rows
+        if after_commit and row["run_after"] <= row["created_at"]:  # due now
+            # discarded with the job if the transaction (or its savepoint) rolls back; the
+            # skip rule is applied at the commit, against notifications really delivered
+            connection.on_commit(
+                partial(_notify_after_commit, connection.alias, params["queue"]), robust=True
+            )
         sent = [(list(args), dict(kwargs), params["unique_key"])]
         (job,) = _jobs_from_inserted(
             [row["id"]],

@@ -326,10 +326,58 @@ def test_producers_coalesce_notifications_outside_transactions(other_connection,
     demo.record.enqueue("a")
     demo.record.enqueue("b")  # within the window: no second notification
     demo.record.using(queue="other").enqueue("c")  # another queue: its own notification
-    with transaction.atomic():
-        demo.record.enqueue("d")  # in a transaction: always (delivered at its commit)
     payloads = [n.payload for n in other_connection.notifies(timeout=0.5)]
-    assert payloads == ["default", "other", "default"]
+    assert payloads == ["default", "other"]
+
+
+def test_transactions_notify_after_their_commit_coalesced_and_never_for_a_rollback(
+    other_connection, monkeypatch
+):
+    """Inside transaction.atomic() the wake-up is sent after the commit, by the same rule as
+    in autocommit, counted from notifications really delivered: a rolled-back transaction sent
+    none, so the next commit still wakes the workers."""
+    from django_pgjobs import enqueueing
+
+    monkeypatch.setattr(enqueueing, "NOTIFY_COALESCE_SECONDS", 60)
+    monkeypatch.setattr(enqueueing, "_last_notified", {})
+    other_connection.execute("LISTEN pgjobs")
+    with pytest.raises(RuntimeError), transaction.atomic():
+        demo.record.enqueue("rolled back")
+        raise RuntimeError("rollback")
+    with transaction.atomic():
+        demo.record.enqueue("first commit")
+        demo.record.enqueue("same transaction")
+        with transaction.atomic():  # a savepoint: part of the same commit
+            demo.record.using(queue="other").enqueue("its own queue")
+        with pytest.raises(RuntimeError), transaction.atomic():
+            demo.record.using(queue="gone").enqueue("savepoint rolled back")
+            raise RuntimeError("rollback to savepoint")
+        demo.record.using(queue="later", delay=3600).enqueue("not due: no notification")
+        assert list(other_connection.notifies(timeout=0.3)) == []  # nothing before the commit
+    with transaction.atomic():
+        demo.record.enqueue("second commit")  # within the window of the first: coalesced
+    payloads = [n.payload for n in other_connection.notifies(timeout=0.5)]
+    assert payloads == ["default", "other"]
+    assert Job.objects.count() == 5
+
+
+def test_manual_transactions_notify_with_the_insert(other_connection, monkeypatch):
+    """Without transaction.atomic() no on_commit callback runs at the commit, which may come
+    long after: the INSERT carries its notification, whatever was sent before."""
+    from django_pgjobs import enqueueing
+
+    monkeypatch.setattr(enqueueing, "NOTIFY_COALESCE_SECONDS", 60)
+    monkeypatch.setattr(enqueueing, "_last_notified", {})
+    other_connection.execute("LISTEN pgjobs")
+    demo.record.enqueue("autocommit")
+    transaction.set_autocommit(False)
+    try:
+        demo.record.enqueue("manual")
+        transaction.commit()
+    finally:
+        transaction.set_autocommit(True)
+    payloads = [n.payload for n in other_connection.notifies(timeout=0.5)]
+    assert payloads == ["default", "default"]
 
 
 def test_a_woken_worker_looks_again_for_jobs_whose_notification_was_skipped(monkeypatch):
@@ -354,3 +402,49 @@ def test_a_woken_worker_looks_again_for_jobs_whose_notification_was_skipped(monk
         worker.request_stop()
         thread.join(30)
     assert not Job.objects.exists()
+
+
+def test_jobs_committed_inside_transactions_start_promptly_on_an_idle_worker(
+    start_worker, other_connection
+):
+    """A real runjobs process whose next poll is 30 s away: every job committed inside
+    transaction.atomic() must be started by a wake-up, including right after a transaction that
+    would have notified rolled back, in a burst of commits closer together than the coalescing
+    window, and in a transaction that commits long after its enqueue."""
+    worker = start_worker("--poll-interval", "30")
+    listening = (
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND query = 'LISTEN pgjobs'"
+    )
+    wait_until(lambda: count(other_connection, listening) == 1, timeout=60)
+    time.sleep(1.0)  # its first poll is done; the next one is 30 s away
+    committed: dict[str, float] = {}
+
+    def enqueue_in_transaction(label: str, hold: float = 0.0) -> None:
+        with transaction.atomic():
+            demo.record.enqueue(label)
+            time.sleep(hold)
+            committed[label] = time.time()  # the commit follows at once
+
+    def wait_for(labels) -> None:
+        wait_until(lambda: Execution.objects.filter(label__in=labels).count() == len(labels), 10)
+
+    with pytest.raises(RuntimeError), transaction.atomic():
+        demo.record.enqueue("rolled back")
+        raise RuntimeError("rollback")
+    enqueue_in_transaction("after a rollback")
+    wait_for(["after a rollback"])
+    burst = [f"burst {i}" for i in range(20)]
+    for label in burst:
+        enqueue_in_transaction(label)
+    wait_for(burst)
+    demo.record.enqueue("autocommit, notified")
+    enqueue_in_transaction("long transaction", hold=0.3)
+    wait_for(["autocommit, notified", "long transaction"])
+
+    started = {e.label: e.at.timestamp() for e in Execution.objects.filter(label__in=committed)}
+    latency = {label: started[label] - committed[label] for label in committed}
+    assert max(latency.values()) < 1.0, latency  # a wake-up, not the 30 s poll (here: 3-21 ms)
+    assert not Execution.objects.filter(label="rolled back").exists()
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.output()

@@ -47,12 +47,17 @@ def timed(sent: float) -> None:
 def main(argv: list[str]) -> None:
     command, *rest = argv
     if command == "worker":
-        concurrency = "1"
+        # no options: Celery's own defaults (prefork pool, one child per CPU, prefetch
+        # multiplier 4); with --concurrency, the tuned pool and a deep prefetch
+        tuned: list[str] = []
         while rest:
             flag = rest.pop(0)
             if flag == "--concurrency":
                 concurrency = rest.pop(0)
-        pool = ["-P", "solo"] if concurrency == "1" else ["-P", "threads", "-c", concurrency]
+                tuned = (
+                    ["-P", "solo"] if concurrency == "1" else ["-P", "threads", "-c", concurrency]
+                )
+                tuned += ["--prefetch-multiplier", "100"]
         os.execv(
             sys.executable,
             [
@@ -64,9 +69,7 @@ def main(argv: list[str]) -> None:
                 "worker",
                 "-Q",
                 QUEUE,
-                *pool,
-                "--prefetch-multiplier",
-                "100",
+                *tuned,
                 "--without-gossip",
                 "--without-mingle",
                 "--without-heartbeat",

@@ -18,38 +18,22 @@ def _django():
 def main(argv: list[str]) -> None:
     command, *rest = argv
     if command == "worker":
-        # the real command, as a user runs it
-        concurrency, batch, prefetch = "1", "10", "0"
+        # the real command, as a user runs it: only the options given (none: its defaults)
+        names = {
+            "--concurrency": "--concurrency",
+            "--batch": "--batch-size",
+            "--prefetch": "--prefetch",
+        }
         args = list(rest)
-        extra = []
+        options = []
         while args:
             flag = args.pop(0)
-            if flag == "--concurrency":
-                concurrency = args.pop(0)
-            elif flag == "--batch":
-                batch = args.pop(0)
-            elif flag == "--prefetch":
-                prefetch = args.pop(0)
-            elif flag == "--poll":
-                extra += ["--no-listen", "--poll-interval", args.pop(0)]
+            if flag == "--poll":
+                options += ["--no-listen", "--poll-interval", args.pop(0)]
+            else:
+                options += [names[flag], args.pop(0)]
         env = {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.pgjobs_settings"}
-        os.execve(
-            sys.executable,
-            [
-                sys.executable,
-                "-m",
-                "django",
-                "runjobs",
-                "--concurrency",
-                concurrency,
-                "--batch-size",
-                batch,
-                "--prefetch",
-                prefetch,
-                *extra,
-            ],
-            env,
-        )
+        os.execve(sys.executable, [sys.executable, "-m", "django", "runjobs", *options], env)
     _django()
     from django.core.management import call_command
 
@@ -59,6 +43,15 @@ def main(argv: list[str]) -> None:
         call_command("migrate", verbosity=0)
     elif command == "enqueue":
         common.timed_loop(int(rest[0]), jobs.noop.enqueue)
+    elif command == "enqueue-atomic":
+        # the README's pattern: each job enqueued inside its own transaction.atomic() block
+        from django.db import transaction
+
+        def enqueue_in_transaction() -> None:
+            with transaction.atomic():
+                jobs.noop.enqueue()
+
+        common.timed_loop(int(rest[0]), enqueue_in_transaction)
     elif command == "bulk":
         n = int(rest[0])
         common.timed_bulk(lambda: jobs.noop.enqueue_many([() for _ in range(n)]))

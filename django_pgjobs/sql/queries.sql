@@ -52,6 +52,13 @@ SELECT ARRAY(SELECT id FROM inserted) AS ids,
        now() AS created_at
 FROM (SELECT count(*) FROM woken) AS notified;
 
+-- name: notify_queue
+-- Wake the workers listening on a queue, after the enqueueing transaction committed, in a
+-- transaction of its own (autocommit). NOTIFY holds a cluster-wide lock until its commit is
+-- over; this commit writes no data, so it need not wait for the WAL flush and frees the lock at
+-- once (a notification lost in a crash loses nothing: workers also poll).
+SELECT set_config('synchronous_commit', 'off', true), pg_notify('pgjobs', %(queue)s::text);
+
 -- name: find_in_flight_by_unique_key
 -- The ready or running job holding a unique key (what enqueue returns for a duplicate).
 SELECT * FROM pgjobs_job
