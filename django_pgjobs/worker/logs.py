@@ -14,13 +14,13 @@ logger = logging.getLogger("django_pgjobs.worker")
 def log_start(worker) -> None:
     settings_dict = connections[worker.alias].settings_dict
     logger.info(
-        "worker %s started: queues=%s concurrency=%d batch=%d prefetch=%d database=%s "
+        "worker %s started: queues=%s concurrency=%d batch=%d prefetch=%s database=%s "
         "(%s@%s:%s/%s) wake=%s",
         worker.id,
         ",".join(worker.queues) if worker.queues else "all",
         worker.concurrency,
         worker.batch_size,
-        worker.prefetch,
+        "auto" if worker.adaptive is not None else worker.fixed_prefetch,
         worker.alias,
         settings_dict.get("USER") or "-",
         settings_dict.get("HOST") or "local",

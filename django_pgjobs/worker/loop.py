@@ -27,6 +27,7 @@ from .acks import Acknowledgements
 from .executors import ExecutorPool
 from .failures import FailurePolicy
 from .faults import DispatcherDatabase, LoopBackoff
+from .holding import MAX_HELD, AdaptivePrefetch
 from .listener import Listener
 from .logs import log_start, log_stats
 from .maintenance import units_for
@@ -48,8 +49,8 @@ class Worker:
         *,
         queues: Sequence[str] | None = None,
         concurrency: int = 1,
-        batch_size: int = 10,
-        prefetch: int = 0,
+        batch_size: int | None = None,
+        prefetch: int | None = None,
         burst: bool = False,
         max_jobs: int | None = None,
         poll_interval: float | None = None,
@@ -66,14 +67,18 @@ class Worker:
             ("batch_size", batch_size, 1),
             ("prefetch", prefetch, 0),
         ):
+            if value is None and option != "concurrency":
+                continue  # chosen by the worker (holding.py)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{option} must be an int >= {low}, not {value!r}")
         if max_jobs is not None and (not isinstance(max_jobs, int) or max_jobs < 1):
             raise ValueError(f"max_jobs must be an int >= 1, not {max_jobs!r}")
         self.queues = queues
         self.concurrency = concurrency
-        self.batch_size = batch_size
-        self.prefetch = prefetch
+        self.batch_size = MAX_HELD if batch_size is None else batch_size
+        # None: adaptive, from the durations observed (holding.py); a number: fixed.
+        self.adaptive = AdaptivePrefetch() if prefetch is None else None
+        self.fixed_prefetch = prefetch
         self.burst = burst
         self.max_jobs = max_jobs
         self.poll_interval = (
@@ -257,6 +262,13 @@ class Worker:
             self.batch_size, self.concurrency + self.prefetch
         )
 
+    @property
+    def prefetch(self) -> int:
+        """Jobs to hold beyond the executors now."""
+        if self.adaptive is None:
+            return self.fixed_prefetch
+        return self.adaptive.prefetch(self.concurrency)
+
     def _capacity(self) -> int:
         # Finished jobs waiting for their acknowledgement free their slot: the acknowledgement
         # travels with the next claim.
@@ -284,14 +296,22 @@ class Worker:
             lease_seconds=self.lease_seconds,
         )
         self.acks.sent(acks, done)
-        self.stats.claimed += len(jobs)
-        self.metrics.claimed(jobs)
+        full = len(jobs) == limit
+        free_slots = self.concurrency - len(self.held)
         runnable = []
         for job in jobs:
             self.held[job.id] = job
             definition = self.failures.admit(job)
             if definition is not None:
                 runnable.append((job, definition))
+        if self.adaptive is not None:
+            kept = self._hand_back_long(runnable, free_slots)
+            # jobs handed back are ready again: a burst worker must not take the claim as the end
+            full = full or len(kept) < len(runnable)
+            runnable = kept
+            jobs = [job for job in jobs if self.held.get(job.id) is job]
+        self.stats.claimed += len(jobs)
+        self.metrics.claimed(jobs)
         # The claim gave every job the worker's lease; jobs that declare their own get it before
         # they start, in one statement for the batch (none when every job uses the default).
         own_lease = [job for job, _ in runnable if job.lease_seconds != self.lease_seconds]
@@ -304,7 +324,25 @@ class Worker:
             # the next heartbeat gives them their own.
             for job, definition in runnable:
                 self.executors.submit(job, definition)
-        return len(jobs) == limit
+        return full
+
+    def _hand_back_long(self, runnable: list, free_slots: int) -> list:
+        """Adaptive prefetch: a long (or not yet seen) job is kept only for a free executor;
+        those beyond go back at once, attempt not spent, for another worker to start."""
+        kept, surplus = [], []
+        for job, definition in runnable:
+            self.adaptive.claimed(job.name)
+            if self.adaptive.is_long(job.name) and free_slots <= 0:
+                surplus.append(job)
+                continue
+            free_slots -= 1
+            kept.append((job, definition))
+        if surplus:
+            released = operations.release_jobs(self.db.connection(), surplus)
+            for job in surplus:
+                self.forget(job)
+            self.stats.released += len(released)
+        return kept
 
     # -- events from the executors and the listener ---------------------------------------------
 
@@ -324,6 +362,8 @@ class Worker:
         self.owner.check()
         if item is WAKE:
             return
+        if isinstance(item, (Succeeded, Failed)) and self.adaptive is not None:
+            self.adaptive.observe(item.job.name, item.duration)
         if isinstance(item, Succeeded):
             send(signals.job_succeeded, self.sender, job=item.job, duration=item.duration)
             if item.acked:

@@ -9,6 +9,12 @@ from django.core.management.base import BaseCommand, CommandError
 from django_pgjobs.conf import get_config
 from django_pgjobs.db import JobsTableMissing
 from django_pgjobs.worker import Worker
+from django_pgjobs.worker.holding import MAX_HELD, TARGET_SECONDS
+
+# Typical Django jobs wait on the network or the database (mail, HTTP, queries), and threads
+# waiting on I/O release the GIL: 4 slots keep 2 cores busy while each worker stays at a few
+# database connections (one per slot that uses the ORM, plus 2 of its own).
+DEFAULT_CONCURRENCY = 4
 
 
 def _positive_int(value: str) -> int:
@@ -61,21 +67,22 @@ class Command(BaseCommand):
             "--concurrency",
             "-c",
             type=_positive_int,
-            default=1,
-            help="Execution slots (threads) of this worker. Default: 1.",
+            default=DEFAULT_CONCURRENCY,
+            help=f"Execution slots (threads) of this worker. Default: {DEFAULT_CONCURRENCY}.",
         )
         parser.add_argument(
             "--batch-size",
             type=_positive_int,
-            default=10,
-            help="Most jobs claimed by one statement. Default: 10.",
+            default=None,
+            help=f"Most jobs claimed by one statement. Default: {MAX_HELD}.",
         )
         parser.add_argument(
             "--prefetch",
             type=_non_negative_int,
-            default=0,
-            help="Jobs claimed ahead of free slots (faster draining of short jobs, less "
-            "fairness across workers). Default: 0.",
+            default=None,
+            help="Jobs claimed ahead of free slots. Default: adaptive, about "
+            f"{TARGET_SECONDS * 1000:g} ms of expected work per slot from recent job durations; "
+            "none while long or unseen jobs are in the mix.",
         )
         parser.add_argument(
             "--burst",

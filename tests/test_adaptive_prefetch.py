@@ -1,0 +1,95 @@
+"""Adaptive prefetch, the default when ``prefetch`` is not given: short jobs are held and
+acknowledged many at a time, a long (or not yet seen) job only for a free executor."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+from helpers import wait_until
+
+from django_pgjobs.models import DeadLetter, Job
+from django_pgjobs.worker.holding import MAX_HELD, TARGET_SECONDS, AdaptivePrefetch
+from testproject.demo import jobs as demo
+from testproject.demo.models import Execution
+
+
+def test_nothing_is_held_beyond_the_executors_before_a_duration_is_known():
+    hold = AdaptivePrefetch()
+    assert hold.prefetch(4) == 0
+    hold.claimed("app.unseen")
+    assert hold.is_long("app.unseen")
+    assert hold.prefetch(4) == 0
+
+
+def test_short_jobs_fill_the_target_of_expected_work_per_executor():
+    hold = AdaptivePrefetch()
+    hold.claimed("app.short")
+    hold.observe("app.short", 0.01)
+    assert hold.prefetch(4) == int(TARGET_SECONDS * 4 / 0.01)  # 40: 100 ms per executor
+    hold.observe("app.tiny", 0.000_001)
+    hold.claimed("app.tiny")
+    assert hold.prefetch(4) == int(TARGET_SECONDS * 4 / 0.01)  # the slowest of the mix rules
+    hold.last_claimed["app.short"] -= 60  # no longer in the mix
+    assert hold.prefetch(4) == MAX_HELD - 4  # bounded
+
+
+def test_a_long_or_unseen_job_in_the_mix_stops_prefetching():
+    hold = AdaptivePrefetch()
+    for name, seconds in (("app.short", 0.001), ("app.long", 2.0)):
+        hold.observe(name, seconds)
+        hold.claimed(name)
+    assert hold.is_long("app.long") and not hold.is_long("app.short")
+    assert hold.prefetch(8) == 0
+    hold.last_claimed["app.long"] -= 60
+    assert hold.prefetch(8) > 0
+    hold.claimed("app.new")
+    assert hold.prefetch(8) == 0
+
+
+def test_the_average_follows_recent_durations():
+    hold = AdaptivePrefetch()
+    hold.observe("app.job", 1.0)
+    for _ in range(30):
+        hold.observe("app.job", 0.001)
+    assert not hold.is_long("app.job")
+    assert hold.average["app.job"] < 0.003  # the old 1 s run weighs 0.8 ** 30 ≈ 0.1 %
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_no_flags_worker_holds_many_short_jobs_and_leaves_long_ones_to_others(
+    start_worker, other_connection
+):
+    """A worker started without options (4 slots, adaptive prefetch) holds more short jobs
+    than it has executors, but a long job only for a free executor: a second worker runs the
+    other long jobs instead of waiting for them behind the first."""
+    first = start_worker()
+    second = start_worker("--concurrency", "8", "--prefetch", "0", "--batch-size", "8")
+    for worker in (first, second):
+        wait_until(lambda worker=worker: "started" in worker.output(), timeout=60)
+    assert "concurrency=4" in first.output() and "prefetch=auto" in first.output()
+    time.sleep(0.5)  # both registered and listening
+    demo.noop.enqueue_many([((), {})] * 3000)
+    long_labels = [f"long-{i}" for i in range(8)]
+    demo.record.enqueue_many([((label,), {"sleep": 1.5}) for label in long_labels])
+    demo.noop.enqueue_many([((), {})] * 3000)
+    held_short = 0
+    held = "SELECT count(*) FROM pgjobs_job WHERE status = 'running' AND worker LIKE %s"
+    deadline = time.monotonic() + 120
+    while Job.objects.exists():
+        assert time.monotonic() < deadline, "jobs left after 120 s"
+        short = other_connection.execute(held + " AND name LIKE '%%noop'", (f"%:{first.pid}:%",))
+        held_short = max(held_short, short.fetchone()[0])
+        time.sleep(0.005)
+    for worker in (first, second):
+        worker.signal(signal.SIGTERM)
+        assert worker.wait(30) == 0, worker.output()
+    assert held_short > 4, "short jobs were claimed one per slot"
+    ran = dict(Execution.objects.values_list("label", "pid"))
+    assert sorted(ran) == long_labels and Execution.objects.count() == len(long_labels)
+    # Long jobs it claimed beyond its free slots went back at once: the first worker ran at
+    # most one per slot (a fifth would have had to wait 1.5 s for a slot), the second the rest.
+    by_first = sum(pid == first.pid for pid in ran.values())
+    assert by_first <= 4, f"the first worker ran {by_first} long jobs"
+    assert not DeadLetter.objects.exists()
