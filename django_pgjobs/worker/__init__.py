@@ -13,8 +13,9 @@ Usage
     ``run()`` in-process with ``burst=True``; ``runjobs`` is a thin shell over it.
 
 Options (defaults)
-    ``queues`` (None: all), ``concurrency`` (1), ``batch_size`` (max jobs per claim, 10),
-    ``prefetch`` (jobs claimed beyond free slots, 0), ``burst`` (False), ``max_jobs`` (None),
+    ``queues`` (None: all), ``concurrency`` (1; ``runjobs``: 4), ``batch_size`` (max jobs per
+    claim, None: ``holding.MAX_HELD``), ``prefetch`` (jobs claimed beyond free slots, None:
+    adaptive, see ``holding.py``), ``burst`` (False), ``max_jobs`` (None),
     ``poll_interval``/``shutdown_grace``/``listen`` (from settings), ``stats_interval`` (60 s).
 
 Thread ownership
