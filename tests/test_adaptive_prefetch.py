@@ -93,3 +93,55 @@ def test_a_no_flags_worker_holds_many_short_jobs_and_leaves_long_ones_to_others(
     by_first = sum(pid == first.pid for pid in ran.values())
     assert by_first <= 4, f"the first worker ran {by_first} long jobs"
     assert not DeadLetter.objects.exists()
+
+
+FAST_LEASES = {
+    "PGJOBS_LEASE_SECONDS": "2",
+    "PGJOBS_HEARTBEAT_SECONDS": "0.5",
+    "PGJOBS_RESCUE_INTERVAL_SECONDS": "0.5",
+}
+
+
+def held_by(conn, worker) -> int:
+    return conn.execute(
+        "SELECT count(*) FROM pgjobs_job WHERE status = 'running' AND worker LIKE %s",
+        (f"%:{worker.pid}:%",),
+    ).fetchone()[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_no_flags_worker_stopped_hands_back_its_prefetched_jobs_unspent(
+    start_worker, other_connection
+):
+    labels = [f"short-{i}" for i in range(3000)]
+    demo.record.enqueue_many([((label,), {"sleep": 0.01}) for label in labels])
+    worker = start_worker()
+    wait_until(lambda: held_by(other_connection, worker) > 8, timeout=60, interval=0.005)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.output()
+    assert "handed back" in worker.output()
+    left = list(Job.objects.values_list("status", "attempts"))
+    assert left and all(row == ("ready", 0) for row in left), left[:5]  # no attempt spent
+    survivor = start_worker()
+    wait_until(lambda: not Job.objects.exists(), timeout=120)
+    survivor.signal(signal.SIGTERM)
+    assert survivor.wait(30) == 0, survivor.output()
+    ran = list(Execution.objects.values_list("label", flat=True))
+    assert sorted(ran) == sorted(labels)  # each ran exactly once
+    assert not DeadLetter.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_prefetched_jobs_of_a_sigkilled_no_flags_worker_are_rescued(start_worker, other_connection):
+    labels = [f"short-{i}" for i in range(3000)]
+    demo.record.enqueue_many([((label,), {"sleep": 0.01}) for label in labels])
+    victim = start_worker(env=FAST_LEASES)
+    wait_until(lambda: held_by(other_connection, victim) > 8, timeout=60, interval=0.005)
+    victim.kill()
+    survivor = start_worker(env=FAST_LEASES)
+    wait_until(lambda: not Job.objects.exists(), timeout=120)
+    survivor.signal(signal.SIGTERM)
+    assert survivor.wait(30) == 0, survivor.output()
+    ran = set(Execution.objects.values_list("label", flat=True))
+    assert ran == set(labels), "a job was lost"
+    assert not DeadLetter.objects.exists()
