@@ -22,7 +22,8 @@ The kill scenario fails unless it reaches ``PGJOBS_CHAOS_KILLS`` kills before th
 ``PGJOBS_CHAOS_WORKERS`` (4), ``PGJOBS_CHAOS_CONCURRENCY`` (4), ``PGJOBS_CHAOS_JOB_SECONDS``
 (0.05, how long each job sleeps), ``PGJOBS_CHAOS_SEED`` (random, printed) and
 ``PGJOBS_CHAOS_REPORT`` (a file the figures are appended to as JSON lines) tune the rest. Each
-scenario prints one ``chaos figures:`` line.
+scenario prints one ``chaos figures:`` line. ``PGJOBS_CHAOS_DEFAULTS=1`` starts the workers as
+``runjobs`` starts with no options (4 slots, adaptive prefetch) instead.
 """
 
 from __future__ import annotations
@@ -41,18 +42,28 @@ import pytest
 from django.db import InterfaceError, OperationalError, connection
 from helpers import database_url_for_tests, wait_until
 
+from django_pgjobs.management.commands.runjobs import DEFAULT_CONCURRENCY
 from django_pgjobs.models import DeadLetter, Job
+from django_pgjobs.worker.holding import MAX_HELD
 from testproject import throwaway_pg
 from testproject.demo import jobs as demo
 from testproject.demo.models import Counter, Execution
 
+DEFAULTS = os.environ.get("PGJOBS_CHAOS_DEFAULTS") == "1"
 JOBS = int(os.environ.get("PGJOBS_CHAOS_JOBS", "4000"))
 KILLS = int(os.environ.get("PGJOBS_CHAOS_KILLS", "12"))
 WORKERS = int(os.environ.get("PGJOBS_CHAOS_WORKERS", "4"))
-CONCURRENCY = int(os.environ.get("PGJOBS_CHAOS_CONCURRENCY", "4"))
+CONCURRENCY = (
+    DEFAULT_CONCURRENCY if DEFAULTS else int(os.environ.get("PGJOBS_CHAOS_CONCURRENCY", "4"))
+)
 # Each job sleeps this long, so a run lasts long enough for its kills however fast the machine.
 JOB_SECONDS = float(os.environ.get("PGJOBS_CHAOS_JOB_SECONDS", "0.05"))
 PREFETCH = 2
+# Most jobs one worker holds claimed or running (adaptive prefetch: its cap).
+HELD = MAX_HELD if DEFAULTS else CONCURRENCY + PREFETCH
+WORKER_OPTIONS = (
+    [] if DEFAULTS else ["--concurrency", str(CONCURRENCY), "--prefetch", str(PREFETCH)]
+)
 SEED = int(os.environ.get("PGJOBS_CHAOS_SEED") or random.SystemRandom().randrange(10**6))
 REPORT = os.environ.get("PGJOBS_CHAOS_REPORT")
 # Generous for the big run: 10,000 jobs under 20+ kills take about a minute.
@@ -205,13 +216,10 @@ class ChaosRun:
         # its own application_name, so that the suite can tell its backends apart
         self.started_workers += 1
         app_name = f"pgjobs-chaos-{self.started_workers}"
+        batch = [] if DEFAULTS else ["--batch-size", str(HELD)]
         worker = self._start_worker(
-            "--concurrency",
-            str(CONCURRENCY),
-            "--prefetch",
-            str(PREFETCH),
-            "--batch-size",
-            str(CONCURRENCY + PREFETCH),
+            *WORKER_OPTIONS,
+            *batch,
             env={**CHAOS_ENV, "PGAPPNAME": app_name},
         )
         worker.app_name = app_name
@@ -307,10 +315,10 @@ def account(run: ChaosRun, *, cut_connections: bool) -> None:
         for job_id in by_id
         if job_id not in atomic_ids and executed[job_id] > 1
     )
-    # A disrupted worker held at most CONCURRENCY + PREFETCH jobs claimed or running, plus as many
+    # A disrupted worker held at most HELD jobs claimed or running, plus as many
     # finished ones whose acknowledgement was to travel with its next claim: only those can run
     # again, and only the non-atomic ones show it.
-    figures.duplicate_bound = figures.disruptions * 2 * (CONCURRENCY + PREFETCH)
+    figures.duplicate_bound = figures.disruptions * 2 * HELD
     assert not lost, f"{len(lost)} job(s) lost, e.g. {lost[:10]}"
     # Atomic jobs: their writes commit with their completion, so exactly once (zero times for a
     # dead-lettered one: every attempt rolled back).
@@ -449,10 +457,7 @@ def test_connections_terminated_while_the_workers_are_idle(start_worker, capsys)
     app_name = "pgjobs-chaos-idle"
     figures = Figures("idle-connections-terminated")
     env = {**CHAOS_ENV, "PGJOBS_TEST_CONN_MAX_AGE": "none", "PGAPPNAME": app_name}
-    workers = [
-        start_worker("--concurrency", str(CONCURRENCY), "--prefetch", str(PREFETCH), env=env)
-        for _ in range(WORKERS)
-    ]
+    workers = [start_worker(*WORKER_OPTIONS, env=env) for _ in range(WORKERS)]
     by_id: dict[int, str] = {}
     atomic_ids: set[int] = set()
     started = time.monotonic()
