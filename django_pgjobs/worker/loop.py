@@ -304,45 +304,49 @@ class Worker:
             definition = self.failures.admit(job)
             if definition is not None:
                 runnable.append((job, definition))
-        if self.adaptive is not None:
-            kept = self._hand_back_long(runnable, free_slots)
-            # jobs handed back are ready again: a burst worker must not take the claim as the end
-            full = full or len(kept) < len(runnable)
-            runnable = kept
-            jobs = [job for job in jobs if self.held.get(job.id) is job]
-        self.stats.claimed += len(jobs)
-        self.metrics.claimed(jobs)
-        # The claim gave every job the worker's lease; jobs that declare their own get it before
-        # they start, in one statement for the batch (none when every job uses the default).
-        own_lease = [job for job, _ in runnable if job.lease_seconds != self.lease_seconds]
+        surplus = self._long_beyond_free_slots(runnable, free_slots)
+        # jobs handed back are ready again: a burst worker must not take this claim as the end
+        full = full or bool(surplus)
+        counted = [job for job in jobs if job.id not in surplus]
+        self.stats.claimed += len(counted)
+        self.metrics.claimed(counted)
         try:
+            if surplus:
+                self._hand_back(list(surplus.values()))
+                runnable = [(job, d) for job, d in runnable if job.id not in surplus]
+            # The claim gave every job the worker's lease; jobs that declare their own get it
+            # before they start, in one statement for the batch (none when all use the default).
+            own_lease = [job for job, _ in runnable if job.lease_seconds != self.lease_seconds]
             if own_lease:
                 operations.extend_leases(self.db.connection(), own_lease)
         finally:
-            # The claim has committed: whatever happened to the extension (a lost connection
-            # goes on to the main loop's reconnect), the jobs run, on the worker's lease until
-            # the next heartbeat gives them their own.
+            # The claim has committed: whatever happened to the hand-back or the extension (a
+            # lost connection goes on to the main loop's reconnect), the jobs held run, on the
+            # worker's lease until the next heartbeat gives them their own.
             for job, definition in runnable:
                 self.executors.submit(job, definition)
         return full
 
-    def _hand_back_long(self, runnable: list, free_slots: int) -> list:
+    def _long_beyond_free_slots(self, runnable: list, free_slots: int) -> dict[int, ClaimedJob]:
         """Adaptive prefetch: a long (or not yet seen) job is kept only for a free executor;
-        those beyond go back at once, attempt not spent, for another worker to start."""
-        kept, surplus = [], []
-        for job, definition in runnable:
+        the ones beyond are to go back at once for another worker to start."""
+        if self.adaptive is None:
+            return {}
+        surplus = {}
+        for job, _ in runnable:
             self.adaptive.claimed(job.name)
             if self.adaptive.is_long(job.name) and free_slots <= 0:
-                surplus.append(job)
-                continue
-            free_slots -= 1
-            kept.append((job, definition))
-        if surplus:
-            released = operations.release_jobs(self.db.connection(), surplus)
-            for job in surplus:
-                self.forget(job)
-            self.stats.released += len(released)
-        return kept
+                surplus[job.id] = job
+            else:
+                free_slots -= 1
+        return surplus
+
+    def _hand_back(self, jobs: list[ClaimedJob]) -> None:
+        """Give claimed jobs back, attempt not spent (one statement)."""
+        released = operations.release_jobs(self.db.connection(), jobs)
+        for job in jobs:
+            self.forget(job)
+        self.stats.released += len(released)
 
     # -- events from the executors and the listener ---------------------------------------------
 
