@@ -70,7 +70,9 @@ def test_a_no_flags_worker_holds_many_short_jobs_and_leaves_long_ones_to_others(
         wait_until(lambda worker=worker: "started" in worker.output(), timeout=60)
     assert "concurrency=4" in first.output() and "prefetch=auto" in first.output()
     time.sleep(0.5)  # both registered and listening
-    demo.noop.enqueue_many([((), {})] * 3000)
+    # Enough short jobs ahead of the long ones for the first worker to learn their durations
+    # and build up what it holds before it meets a long (unseen) job, which stops prefetching.
+    demo.noop.enqueue_many([((), {})] * 8000)
     long_labels = [f"long-{i}" for i in range(8)]
     demo.record.enqueue_many([((label,), {"sleep": 1.5}) for label in long_labels])
     demo.noop.enqueue_many([((), {})] * 3000)
