@@ -19,7 +19,6 @@ from .. import operations, registry, signals
 from ..context import reset_current_job, set_current_job
 from ..operations import ClaimedJob
 from .connections import ExecutorConnections, check_transaction_kept
-from .faults import CONNECTION_ERRORS, discard_if_broken
 from .outcomes import Failed, HandBack, LeaseLost, LostLease, Succeeded, send
 
 logger = logging.getLogger("django_pgjobs.worker")
@@ -113,8 +112,7 @@ class ExecutorPool:
         token = set_current_job(job)
         try:
             if definition.is_atomic():
-                connection = connections[self.alias]
-                discard_if_broken(connection)
+                connection = connections[self.alias]  # made fit by before_job
                 with transaction.atomic(using=self.alias):
                     definition.run(job.args, job.kwargs)
                     check_transaction_kept(connection)
@@ -130,8 +128,6 @@ class ExecutorPool:
             self.worker.request_stop()
             return Failed(job, error, time.monotonic() - started)
         except BaseException as error:  # noqa: B036 - SystemExit from a job is a failure, too
-            if isinstance(error, CONNECTION_ERRORS):
-                discard_if_broken(connections[self.alias])
             return Failed(job, error, time.monotonic() - started)
         finally:
             reset_current_job(token)
