@@ -101,6 +101,10 @@ PGJOBS = {
     "HEARTBEAT_SECONDS": float(os.environ.get("PGJOBS_HEARTBEAT_SECONDS", "10")),
     "RESCUE_INTERVAL_SECONDS": float(os.environ.get("PGJOBS_RESCUE_INTERVAL_SECONDS", "15")),
     "REDACT_KEYS": ["password", "token"],
+    # The examples of docs/howto/handlers.md, one module per section.
+    "JOB_MODULES": [
+        "testproject.handlers.basics",
+    ],
 }
 
 LOGGING = {

@@ -1,0 +1,58 @@
+"""The code on the how-to pages is the code the tests run.
+
+A ``python`` block of a page listed here whose first line is a comment naming a file
+(``# testproject/handlers/async_jobs.py``) must appear, line for line after that comment, in that
+file; the tests of that section import and run the file's jobs with real ``runjobs`` processes.
+A page that names no file at all fails too: an example nobody runs is an example that rots.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = ["docs/howto/handlers.md"]
+BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+NAMED = re.compile(r"#\s*(testproject/\S+\.py)\s*\n")
+
+
+def blocks(page: str) -> list[tuple[str, str]]:
+    """(file named, code after the naming comment) for each python block naming a file."""
+    found = []
+    for block in BLOCK.findall((ROOT / page).read_text()):
+        match = NAMED.match(block)
+        if match:
+            found.append((match.group(1), block[match.end() :]))
+    return found
+
+
+def normalised(text: str) -> list[str]:
+    return [line.rstrip() for line in text.strip("\n").splitlines()]
+
+
+def contains(haystack: list[str], needle: list[str]) -> bool:
+    size = len(needle)
+    return any(haystack[i : i + size] == needle for i in range(len(haystack) - size + 1))
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_examples_are_in_the_files_the_tests_run(page):
+    examples = blocks(page)
+    assert examples, f"{page} shows no example taken from a file the tests run"
+    for path, code in examples:
+        source = ROOT / path
+        assert source.is_file(), f"{page} names {path}, which does not exist"
+        assert contains(normalised(source.read_text()), normalised(code)), (
+            f"{page}: a block naming {path} is not a part of that file:\n{code}"
+        )
+
+
+def test_the_harness_notices_an_example_that_differs(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("```python\n# testproject/handlers/__init__.py\nprint('not in it')\n```\n")
+    [(path, code)] = blocks(str(page))  # an absolute path replaces ROOT
+    assert path == "testproject/handlers/__init__.py"
+    assert not contains(normalised((ROOT / path).read_text()), normalised(code))
