@@ -9,10 +9,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["job", "enqueue", "enqueue_many", "RetryPolicy", "UnknownJobError", "__version__"]
+__all__ = [
+    "job",
+    "enqueue",
+    "enqueue_many",
+    "JobTimeout",
+    "RetryPolicy",
+    "UnknownJobError",
+    "__version__",
+]
 
 if TYPE_CHECKING:
     from .backoff import RetryPolicy
+    from .errors import JobTimeout
     from .models import Job
     from .registry import JobDefinition, UnknownJobError, job
 
@@ -41,6 +50,10 @@ def __getattr__(name: str) -> Any:
         from .backoff import RetryPolicy
 
         return RetryPolicy
+    if name == "JobTimeout":
+        from .errors import JobTimeout
+
+        return JobTimeout
     if name == "UnknownJobError":
         from .registry import UnknownJobError
 
