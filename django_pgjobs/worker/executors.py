@@ -77,8 +77,9 @@ class ExecutorPool:
         return self.todo.qsize()
 
     def take_unstarted(self) -> list[ClaimedJob]:
-        """(Dispatcher.) Empty the to-do queue: the jobs no executor has started."""
-        unstarted = []
+        """(Dispatcher.) Empty the to-do queue: the jobs no executor has started (and the async
+        jobs the loop has not started)."""
+        unstarted = self.async_executor.take_unstarted()
         while True:
             try:
                 item = self.todo.get_nowait()
