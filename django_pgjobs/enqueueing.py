@@ -68,6 +68,7 @@ def _definition_params(definition: JobDefinition) -> dict[str, Any]:
         "run_after": run_after,
         "max_attempts": definition.get_max_attempts(),
         "timeout": definition.call_timeout,
+        "keep_result": definition.keep_result,
     }
 
 
@@ -204,6 +205,7 @@ def enqueue_many(
             "run_after": params["run_after"],
             "max_attempts": params["max_attempts"],
             "timeout": params["timeout"],
+            "keep_result": params["keep_result"],
             "notify": get_config().LISTEN_NOTIFY,
         },
     )
@@ -255,6 +257,8 @@ def _jobs_from_inserted(
         "lease_expires_at": None,
         "claim_token": None,
         "worker": "",
+        "keep_result": params["keep_result"],
+        "result": None,
     }
     jobs = []
     returned = zip(ids, unique_keys, strict=True)

@@ -107,6 +107,8 @@ PGJOBS = {
         "testproject.handlers.basics",
         "testproject.handlers.async_jobs",
         "testproject.handlers.timeouts",
+        "testproject.handlers.results",
+        "testproject.handlers.retries",
     ],
 }
 

@@ -23,8 +23,10 @@ import time
 from asgiref.sync import sync_to_async
 
 from .. import registry, signals
+from ..conf import get_config
 from ..context import reset_current_job, set_current_job
 from ..operations import ClaimedJob
+from ..payload import dump_result
 from .connections import ExecutorConnections
 from .outcomes import Failed, HandBack, Succeeded, send
 
@@ -47,6 +49,7 @@ class AsyncExecutor:
         self._lock = threading.Lock()  # submitted: taken by the loop or by take_unstarted()
         self.orm: ExecutorConnections | None = None  # lives on asgiref's sync thread
         self.last_tick = time.monotonic()  # the loop's last sign of life (read by the dispatcher)
+        self.max_result_bytes = get_config().MAX_PAYLOAD_BYTES  # kept results: as arguments
         self._ready = threading.Event()
 
     @property
@@ -165,7 +168,10 @@ class AsyncExecutor:
             job.deadline = started + job.timeout
         token = set_current_job(job)  # this task's own context: current_job() is per task
         try:
-            await definition.func(*job.args, **job.kwargs)
+            value = await definition.func(*job.args, **job.kwargs)
+            if job.keep_result:  # not JSON: a failed attempt, never a success without it
+                result = dump_result(value, self.max_result_bytes)
+                return Succeeded(job, time.monotonic() - started, result=result)
             return Succeeded(job, time.monotonic() - started)
         except asyncio.CancelledError as error:
             return Failed(job, self.cancelled.get(job.id, error), time.monotonic() - started)
