@@ -55,3 +55,13 @@ def test_an_async_job_blocking_the_event_loop_past_its_timeout_stops_the_worker(
     # the job the blocked loop never started went back without spending its attempt
     job = Job.objects.get()
     assert (job.status, job.attempts) == ("ready", 0)
+
+
+def test_an_async_job_keeps_its_result_as_a_sync_job_does(start_worker):
+    from django_pgjobs import get_result
+
+    enqueued = demo.add_async.enqueue(2, 3)
+    worker = start_worker("--burst")
+    assert worker.wait(timeout=60) == 0, worker.output()
+    result = get_result(enqueued.id)
+    assert (result.status, result.return_value) == ("successful", {"sum": 5})

@@ -199,3 +199,10 @@ async def leave_transaction_open_async(label: str) -> None:
 async def block_the_loop(seconds: float) -> None:
     """A blocking call inside an async def: the worker's event loop stops."""
     time.sleep(seconds)
+
+
+@job(keep_result=True)
+async def add_async(a: int, b: int) -> dict:
+    """An async job that keeps its return value."""
+    await asyncio.sleep(0)
+    return {"sum": a + b}
