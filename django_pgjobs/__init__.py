@@ -1,6 +1,7 @@
 """django-pgjobs: background jobs in the PostgreSQL database your Django project already has.
 
-Public API: ``job`` (decorator), ``enqueue``, ``enqueue_many``, ``RetryPolicy``; models in
+Public API: ``job`` (decorator), ``enqueue``, ``enqueue_many``, ``abort`` (and ``Aborted``),
+``RetryPolicy``; models in
 ``django_pgjobs.models`` (``Job``, ``DeadLetter``); the worker is ``manage.py runjobs``.
 """
 
@@ -9,9 +10,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["job", "enqueue", "enqueue_many", "RetryPolicy", "UnknownJobError", "__version__"]
+__all__ = [
+    "job",
+    "enqueue",
+    "enqueue_many",
+    "abort",
+    "Aborted",
+    "AbortResult",
+    "RetryPolicy",
+    "UnknownJobError",
+    "__version__",
+]
 
 if TYPE_CHECKING:
+    from .aborting import AbortResult
     from .backoff import RetryPolicy
     from .models import Job
     from .registry import JobDefinition, UnknownJobError, job
@@ -31,6 +43,14 @@ def enqueue_many(job: JobDefinition | str, calls: Any) -> list[Job]:
     return resolve(job).enqueue_many(calls)
 
 
+def abort(job_id_or_ids: Any, *, using: str | None = None, **options: Any) -> AbortResult:
+    """Abort jobs by id: cancel the waiting ones, request the abort of the running ones (see
+    ``django_pgjobs.aborting.abort``)."""
+    from .aborting import abort as abort_jobs
+
+    return abort_jobs(job_id_or_ids, using=using, **options)
+
+
 def __getattr__(name: str) -> Any:
     # Lazy: importing django_pgjobs must not import models before the app registry is ready.
     if name == "job":
@@ -41,6 +61,14 @@ def __getattr__(name: str) -> Any:
         from .backoff import RetryPolicy
 
         return RetryPolicy
+    if name == "Aborted":
+        from .errors import Aborted
+
+        return Aborted
+    if name == "AbortResult":
+        from .aborting import AbortResult
+
+        return AbortResult
     if name == "UnknownJobError":
         from .registry import UnknownJobError
 

@@ -79,3 +79,11 @@ def _truncate(text: str, limit: int) -> str:
     # keep the head (what was raised) and the tail (where), drop the middle
     head = limit // 2
     return f"{text[:head]}\n[... {cut} characters truncated ...]\n{text[-(limit - head) :]}"
+
+
+class Aborted(Exception):
+    """Raised by a job that stops because its abort was requested (``current_job()
+    .raise_if_aborted()``); the attempt ends as aborted: dead-lettered, never retried."""
+
+
+Aborted.__module__ = "django_pgjobs"  # stored and shown as django_pgjobs.Aborted

@@ -64,6 +64,12 @@ class Job(models.Model):
         default=list,
         help_text="One entry per failed attempt: at, attempt, type, message, traceback.",
     )
+    abort_requested_at = models.DateTimeField(
+        null=True, blank=True, help_text="When an abort of this running job was requested."
+    )
+    abort_requested_by = models.CharField(  # noqa: DJ001 (NULL: no abort requested)
+        max_length=255, null=True, blank=True, help_text="Who or what requested the abort."
+    )
 
     objects = JobQuerySet.as_manager()
 
