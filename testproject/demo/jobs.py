@@ -172,3 +172,14 @@ def record_times(label: str, fail_first: bool = False) -> None:
     _record(f"{label} waited>=0:{waited.total_seconds() >= 0} late>=0:{late.total_seconds() >= 0}")
     if fail_first and running.attempts == 1:
         raise RuntimeError(f"{label}: the first attempt fails")
+
+
+@job(max_attempts=3, retry=RetryPolicy(base_seconds=0.1, cap_seconds=0.1))
+def abort_self_then_fail(label: str) -> None:
+    """Its abort is requested (and committed) while it runs, and it fails before its worker has
+    heard of the request: the attempt must still end as aborted, not be retried."""
+    from django_pgjobs import abort
+
+    _record(label)
+    abort(current_job().id, requested_by="the job itself")
+    raise ValueError("failed after its abort was requested")
