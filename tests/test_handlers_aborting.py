@@ -30,8 +30,8 @@ def started(counter: str, at_least: int = 1) -> bool:
 
 def test_abort_from_the_admin_stops_a_running_job_and_the_worker_goes_on(
     client,
-    superuser,
-    start_worker,  # noqa: F811
+    superuser,  # noqa: F811
+    start_worker,
 ):
     Counter.objects.create(name="long")
     Counter.objects.create(name="after")
