@@ -14,6 +14,7 @@ __all__ = [
     "job",
     "enqueue",
     "enqueue_many",
+    "JobTimeout",
     "abort",
     "Aborted",
     "AbortResult",
@@ -25,6 +26,7 @@ __all__ = [
 if TYPE_CHECKING:
     from .aborting import AbortResult
     from .backoff import RetryPolicy
+    from .errors import JobTimeout
     from .models import Job
     from .registry import JobDefinition, UnknownJobError, job
 
@@ -61,6 +63,10 @@ def __getattr__(name: str) -> Any:
         from .backoff import RetryPolicy
 
         return RetryPolicy
+    if name == "JobTimeout":
+        from .errors import JobTimeout
+
+        return JobTimeout
     if name == "Aborted":
         from .errors import Aborted
 

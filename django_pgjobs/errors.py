@@ -81,6 +81,15 @@ def _truncate(text: str, limit: int) -> str:
     return f"{text[:head]}\n[... {cut} characters truncated ...]\n{text[-(limit - head) :]}"
 
 
+class JobTimeout(Exception):
+    """A job ran past its timeout (``@job(timeout=...)``, ``.using(timeout=...)`` or
+    ``PGJOBS["DEFAULT_TIMEOUT_SECONDS"]``): a failed attempt, retried or dead-lettered like any
+    other."""
+
+
+JobTimeout.__module__ = "django_pgjobs"  # stored as django_pgjobs.JobTimeout
+
+
 class Aborted(Exception):
     """Raised by a job that stops because its abort was requested (``current_job()
     .raise_if_aborted()``); the attempt ends as aborted: dead-lettered, never retried."""

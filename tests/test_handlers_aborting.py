@@ -15,7 +15,12 @@ from helpers import wait_until
 
 from django_pgjobs.models import DeadLetter, Job
 from testproject.demo.models import Counter
-from testproject.handlers.aborting import recount, recount_to_the_end, stop_recount
+from testproject.handlers.aborting import (
+    recount,
+    recount_async,
+    recount_to_the_end,
+    stop_recount,
+)
 from testproject.handlers.basics import add_points
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -85,6 +90,25 @@ def test_a_worker_that_does_not_listen_learns_of_the_abort_at_its_heartbeat(star
     assert dead.reason.startswith("aborted at the request of support desk")
     worker.signal(signal.SIGTERM)
     assert worker.wait(timeout=60) == 0, worker.output()
+
+
+def test_an_abort_cancels_a_running_async_job(start_worker):
+    Counter.objects.create(name="async")
+    long = recount_async.enqueue("async", STEPS)
+    worker = start_worker("--queue", "handlers", env={"PGJOBS_HEARTBEAT_SECONDS": "30"})
+    wait_until(lambda: started("async"), timeout=60)
+    assert stop_recount(long.pk).requested == [long.pk]
+    wait_until(lambda: DeadLetter.objects.filter(job_id=long.pk).exists(), timeout=20)
+    dead = DeadLetter.objects.get(job_id=long.pk)
+    assert dead.error_type == "Aborted" and dead.attempts == 1
+    assert dead.reason.startswith("aborted at the request of support desk")
+    assert dead.errors[-1]["type"] == "django_pgjobs.Aborted"
+    stopped_at = Counter.objects.get(name="async").value
+    time.sleep(0.3)
+    assert Counter.objects.get(name="async").value == stopped_at < STEPS
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(timeout=60) == 0, worker.output()
+    assert "(its task was cancelled)" in worker.output()
 
 
 def test_a_job_that_ignores_the_abort_and_returns_has_succeeded(start_worker):

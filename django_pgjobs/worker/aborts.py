@@ -5,7 +5,7 @@ and sends NOTIFY ``pgjobs_abort`` with the job's id. The listener passes it on a
 ``AbortNotice``; a worker that does not LISTEN learns it from its next heartbeat
 (``extend_leases`` returns which held jobs have an abort requested). Either way the dispatcher
 marks the held ``ClaimedJob`` (``abort_requested``, what ``current_job()`` shows the handler)
-and cancels an async job's task. How the attempt then ends: ``failures.py``.
+and cancels an async job's task (``ExecutorPool.cancel_async``). How the attempt then ends: ``failures.py``.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from ..errors import Aborted
 
 logger = logging.getLogger("django_pgjobs.worker")
 
@@ -44,7 +46,13 @@ def mark_aborted(worker, job_ids: Iterable[int]) -> int:
             continue
         job.abort_requested = True
         marked += 1
-        logger.warning("job %s #%s: abort requested", job.name, job.id)
-        # An async job is cancelled (wired once executors.cancel_async exists):
-        # worker.executors.cancel_async(job, Aborted(...))
+        # an async job's task is cancelled now; its outcome is then a failure with this error
+        error = Aborted(f"job #{job.id} was cancelled: its abort was requested")
+        cancelled = worker.executors.cancel_async(job, error)
+        logger.warning(
+            "job %s #%s: abort requested%s",
+            job.name,
+            job.id,
+            " (its task was cancelled)" if cancelled else "",
+        )
     return marked

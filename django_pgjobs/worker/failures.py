@@ -51,6 +51,8 @@ class FailurePolicy:
             )
             return None
         job.lease_seconds = definition.get_lease_seconds()
+        if job.timeout is None:  # the row's (.using(timeout=...)) comes first
+            job.timeout = definition.get_timeout()
         return definition
 
     def record_failure(self, job: ClaimedJob, error: BaseException) -> None:

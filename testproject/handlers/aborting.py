@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from django.db.models import F
@@ -30,6 +31,15 @@ def recount_to_the_end(counter: str, steps: int) -> None:
         time.sleep(0.05)
     if current_job().abort_requested:
         Counter.objects.filter(name=counter).update(value=-F("value"))
+
+
+@job(queue="handlers", max_attempts=3)
+async def recount_async(counter: str, steps: int) -> None:
+    # An async job needs no check: an abort cancels its task (asyncio.CancelledError is raised
+    # at the await it is paused on). Catch it only to clean up, then let it propagate.
+    for _ in range(steps):
+        await Counter.objects.filter(name=counter).aupdate(value=F("value") + 1)
+        await asyncio.sleep(0.05)
 
 
 def stop_recount(job_id: int) -> AbortResult:

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_pgjobs", "0004_unique_key_index_skips_null"),
+        ("django_pgjobs", "0005_job_timeout"),
     ]
 
     operations = [
