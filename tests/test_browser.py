@@ -155,7 +155,8 @@ def test_abort_a_running_job_in_a_browser(
     page = browser_page
     expect = sync_api.expect
 
-    log_in(page, live_server.url, "/admin/django_pgjobs/job/?view=running")
+    log_in(page, live_server.url, "/admin/django_pgjobs/job/")
+    page.click("#changelist-filter a:text-is('running')")
     row = page.locator("#result_list tr", has_text=f"#{long.pk}")
     row.locator("input.action-select").check()
     page.select_option("select[name=action]", "abort")
