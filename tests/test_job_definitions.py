@@ -136,3 +136,18 @@ def test_unique_keys_postgresql_cannot_store_raise_value_error_naming_the_option
     with pytest.raises(ValueError, match="unique_key"):
         keyed.enqueue()
     assert not Job.objects.exists()
+
+
+def test_timeout_comes_from_the_call_then_the_job_then_the_setting(settings):
+    plain = job(name="timeouts.precedence.plain")(lambda: None)
+    timed = job(name="timeouts.precedence.timed", timeout=2)(lambda: None)
+    assert plain.get_timeout() is None  # none by default
+    settings.PGJOBS = {**settings.PGJOBS, "DEFAULT_TIMEOUT_SECONDS": 30}
+    assert plain.get_timeout() == 30
+    assert timed.get_timeout() == 2
+    assert timed.using(timeout=0.5).get_timeout() == 0.5
+    for bad in (0, -1, "1", float("inf")):
+        with pytest.raises(ValueError, match="timeout"):
+            timed.using(timeout=bad)
+        with pytest.raises(ValueError, match="timeout"):
+            job(name="timeouts.precedence.bad", timeout=bad)(lambda: None)

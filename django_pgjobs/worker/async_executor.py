@@ -30,6 +30,8 @@ from .outcomes import Failed, HandBack, Succeeded, send
 
 logger = logging.getLogger("django_pgjobs.worker")
 
+TICK_SECONDS = 0.5
+
 
 class AsyncExecutor:
     def __init__(self, worker) -> None:
@@ -40,7 +42,10 @@ class AsyncExecutor:
         # dispatcher reads it (a plain dict read) to find a running job.
         self.running: dict[int, tuple[ClaimedJob, asyncio.Task]] = {}
         self.cancelled: dict[int, BaseException] = {}  # job id -> the error to fail it with
+        self.submitted: dict[int, ClaimedJob] = {}  # handed over, task not created yet
+        self._lock = threading.Lock()  # submitted: taken by the loop or by take_unstarted()
         self.orm: ExecutorConnections | None = None  # lives on asgiref's sync thread
+        self.last_tick = time.monotonic()  # the loop's last sign of life (read by the dispatcher)
         self._ready = threading.Event()
 
     @property
@@ -56,7 +61,17 @@ class AsyncExecutor:
         """(Dispatcher.) Run ``job`` on the loop."""
         if self.thread is None:
             self.start()
+        with self._lock:
+            self.submitted[job.id] = job
         self.loop.call_soon_threadsafe(self._start_task, job, definition)
+
+    def take_unstarted(self) -> list[ClaimedJob]:
+        """(Dispatcher.) The jobs handed over whose task the loop has not created yet (a busy or
+        blocked loop): they will not start."""
+        with self._lock:
+            unstarted = list(self.submitted.values())
+            self.submitted.clear()
+        return unstarted
 
     def cancel(self, job: ClaimedJob, error: BaseException) -> bool:
         """(Any thread.) Cancel ``job`` if it is a running async job: True when its task was
@@ -95,13 +110,23 @@ class AsyncExecutor:
     def _run_loop(self) -> None:
         self.loop = asyncio.new_event_loop()
         asyncio.set_event_loop(self.loop)
+        self._tick()
         self._ready.set()
         try:
             self.loop.run_forever()
         finally:
             self.loop.close()
 
+    def _tick(self) -> None:
+        """Every ``TICK_SECONDS``: a loop that stops ticking is blocked by a job (``timeouts``)."""
+        self.last_tick = time.monotonic()
+        self.loop.call_later(TICK_SECONDS, self._tick)
+
     def _start_task(self, job: ClaimedJob, definition: registry.JobDefinition) -> None:
+        with self._lock:
+            if self.submitted.get(job.id) is not job:
+                return  # taken back (take_unstarted)
+            del self.submitted[job.id]
         task = self.loop.create_task(self._execute(job, definition), name=f"pgjobs-{job.id}")
         self.running[job.id] = (job, task)
 
@@ -120,7 +145,6 @@ class AsyncExecutor:
         self.worker.events.put(result)
 
     async def _await_job(self, job: ClaimedJob, definition: registry.JobDefinition):
-        send(signals.job_started, self.worker.sender, job=job)
         started = time.monotonic()
         if job.timeout is not None:
             job.deadline = started + job.timeout
@@ -151,11 +175,13 @@ class AsyncExecutor:
 
     def _before_job(self, job: ClaimedJob) -> None:
         """Close what is unusable (a query of another job in between reconnects on its own:
-        connections are in autocommit between queries)."""
+        connections are in autocommit between queries), and send ``job_started`` here, where
+        its receivers may use the ORM as they do on an executor thread."""
         if self.orm is None:
             self.orm = ExecutorConnections()
             self.orm.observing().__enter__()  # for the life of the thread
         self.orm.before_job(job)
+        send(signals.job_started, self.worker.sender, job=job)
 
     def _after_job(self):
         """A transaction open now, between two queries of the jobs, was left open by a job:

@@ -47,8 +47,11 @@ class ExecutorPool:
         self.threads.append(thread)
 
     def all_threads(self) -> list[threading.Thread]:
+        """The threads a stopping worker waits for: not those stuck in a timed-out job."""
+        stuck = {executor.thread for executor in self.connections if executor.retired}
         loop = self.async_executor.thread
-        return self.threads + ([loop] if loop is not None else [])
+        threads = [thread for thread in self.threads if thread not in stuck]
+        return threads + ([loop] if loop is not None else [])
 
     def submit(self, job: ClaimedJob, definition: registry.JobDefinition) -> None:
         if definition.is_async:
@@ -77,8 +80,9 @@ class ExecutorPool:
         return self.todo.qsize()
 
     def take_unstarted(self) -> list[ClaimedJob]:
-        """(Dispatcher.) Empty the to-do queue: the jobs no executor has started."""
-        unstarted = []
+        """(Dispatcher.) Empty the to-do queue: the jobs no executor has started (and the async
+        jobs the loop has not started)."""
+        unstarted = self.async_executor.take_unstarted()
         while True:
             try:
                 item = self.todo.get_nowait()

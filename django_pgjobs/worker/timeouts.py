@@ -30,6 +30,9 @@ from .outcomes import one_line
 logger = logging.getLogger("django_pgjobs.worker")
 
 STUCK_EXIT_CODE = 3
+# A cancelled async job still running this long, while the event loop has not ticked for as
+# long, blocks the loop (time.sleep, a sync call): every async job waits; count it as stuck.
+BLOCKED_LOOP_SECONDS = 5.0
 WATCH_SECONDS = 0.2  # how often deadlines are checked while jobs with a timeout are held
 IDLE_WATCH_SECONDS = 1.0
 
@@ -38,6 +41,8 @@ class Timeouts(MaintenanceUnit):
     def __init__(self, worker) -> None:
         self.dropping: dict[int, ClaimedJob] = {}  # timed out: their late outcome is dropped
         self.stuck: list = []  # the executors retired with a timed-out sync job
+        self.cancelled: dict[int, tuple[ClaimedJob, float]] = {}  # async: (job, when)
+        self.loop_blocked = False
         self.max_stuck = get_config().MAX_STUCK_THREADS
         super().__init__(worker)
 
@@ -52,8 +57,12 @@ class Timeouts(MaintenanceUnit):
             if job.deadline is not None and now >= job.deadline:
                 self.expire(job)
         self.stuck = [executor for executor in self.stuck if executor.thread.is_alive()]
+        if self.cancelled:
+            self._watch_loop(now)
         worker = self.worker
-        if len(self.stuck) >= self.max_stuck and not worker.stop.requested.is_set():
+        if worker.stop.requested.is_set():
+            return
+        if len(self.stuck) >= self.max_stuck:
             logger.error(
                 "%d executor thread(s) are stuck in timed-out jobs (MAX_STUCK_THREADS=%d): "
                 "stopping; the worker exits with status %d for its supervisor to restart it",
@@ -61,8 +70,25 @@ class Timeouts(MaintenanceUnit):
                 self.max_stuck,
                 STUCK_EXIT_CODE,
             )
-            worker.exit_code = STUCK_EXIT_CODE
-            worker.request_stop()
+        elif self.loop_blocked:
+            logger.error(
+                "the event loop of the async jobs is blocked by a timed-out job (a blocking "
+                "call inside an async def): stopping; the worker exits with status %d for its "
+                "supervisor to restart it",
+                STUCK_EXIT_CODE,
+            )
+        else:
+            return
+        worker.exit_code = STUCK_EXIT_CODE
+        worker.request_stop()
+
+    def _watch_loop(self, now: float) -> None:
+        runner = self.worker.executors.async_executor
+        for job_id, (job, at) in list(self.cancelled.items()):
+            if runner.running.get(job_id, (None,))[0] is not job:
+                del self.cancelled[job_id]  # it ended
+            elif now - at > BLOCKED_LOOP_SECONDS and now - runner.last_tick > BLOCKED_LOOP_SECONDS:
+                self.loop_blocked = True
 
     def outcome_dropped(self, item) -> bool:
         """True for the late outcome of a job already recorded as timed out."""
@@ -84,7 +110,8 @@ class Timeouts(MaintenanceUnit):
         logger.warning("job %s #%s timed out after %gs", job.name, job.id, job.timeout)
         worker.failures.record_failure(job, error)  # fenced; stops its heartbeat
         if executor is None:
-            executors.cancel_async(job, error)
+            if executors.cancel_async(job, error):
+                self.cancelled[job.id] = (job, time.monotonic())
             return
         self.stuck.append(executor)
         self._cancel_statements(executor.backend_pids())
