@@ -43,8 +43,8 @@ class Listener:
             try:
                 connection.ensure_connection()
                 raw = connection.connection
-                raw.execute(f"LISTEN {NOTIFY_CHANNEL}")
                 raw.execute(f"LISTEN {ABORT_CHANNEL}")
+                raw.execute(f"LISTEN {NOTIFY_CHANNEL}")  # last: pg_stat_activity shows it
                 worker.wake()  # anything enqueued while we were not listening
                 delay = FIRST_WAIT_SECONDS
                 while not stop.is_set():
