@@ -59,7 +59,8 @@ def abort(
 
 
 def _job_ids(value: int | Iterable[int]) -> list[int]:
-    values = [value] if isinstance(value, int) or not isinstance(value, Iterable) else value
+    single = isinstance(value, (int, str, bytes)) or not isinstance(value, Iterable)
+    values = [value] if single else value
     ids = []
     for item in values:
         item = getattr(item, "pk", item)  # a Job instance stands for its id
