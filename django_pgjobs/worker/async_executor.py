@@ -43,6 +43,7 @@ class AsyncExecutor:
         self.running: dict[int, tuple[ClaimedJob, asyncio.Task]] = {}
         self.cancelled: dict[int, BaseException] = {}  # job id -> the error to fail it with
         self.submitted: dict[int, ClaimedJob] = {}  # handed over, task not created yet
+        self._arrived: list = []  # (job, definition) for the loop's next _start_tasks()
         self._lock = threading.Lock()  # submitted: taken by the loop or by take_unstarted()
         self.orm: ExecutorConnections | None = None  # lives on asgiref's sync thread
         self.last_tick = time.monotonic()  # the loop's last sign of life (read by the dispatcher)
@@ -63,7 +64,10 @@ class AsyncExecutor:
             self.start()
         with self._lock:
             self.submitted[job.id] = job
-        self.loop.call_soon_threadsafe(self._start_task, job, definition)
+            self._arrived.append((job, definition))
+            first = len(self._arrived) == 1
+        if first:  # one wake-up of the loop for the jobs of a claim
+            self.loop.call_soon_threadsafe(self._start_tasks)
 
     def take_unstarted(self) -> list[ClaimedJob]:
         """(Dispatcher.) The jobs handed over whose task the loop has not created yet (a busy or
@@ -98,7 +102,7 @@ class AsyncExecutor:
         def stop() -> None:
             for _, task in list(self.running.values()):
                 task.cancel()
-            self.loop.call_later(0.2, self.loop.stop)
+            self.loop.call_soon(self.loop.stop)
 
         try:
             self.loop.call_soon_threadsafe(stop)
@@ -122,19 +126,30 @@ class AsyncExecutor:
         self.last_tick = time.monotonic()
         self.loop.call_later(TICK_SECONDS, self._tick)
 
-    def _start_task(self, job: ClaimedJob, definition: registry.JobDefinition) -> None:
+    def _start_tasks(self) -> None:
         with self._lock:
-            if self.submitted.get(job.id) is not job:
-                return  # taken back (take_unstarted)
-            del self.submitted[job.id]
-        task = self.loop.create_task(self._execute(job, definition), name=f"pgjobs-{job.id}")
-        self.running[job.id] = (job, task)
+            arrived, self._arrived = self._arrived, []
+            starting = []
+            for job, definition in arrived:
+                if self.submitted.get(job.id) is job:  # else taken back (take_unstarted)
+                    del self.submitted[job.id]
+                    starting.append((job, definition))
+        for job, definition in starting:
+            task = self.loop.create_task(self._execute(job, definition), name=f"pgjobs-{job.id}")
+            self.running[job.id] = (job, task)
 
     async def _execute(self, job: ClaimedJob, definition: registry.JobDefinition) -> None:
         try:
-            await sync_to_async(self._before_job, thread_sensitive=True)(job)
+            # Two trips to the ORM thread around the job, skipped when it holds no connection
+            # (a job that never used the ORM) and nothing listens to job_started.
+            if self.orm is None or self._orm_open() or self._started_heard():
+                await sync_to_async(self._before_job, thread_sensitive=True)(job)
+            else:
+                self.orm.stale_connection_failed = False
             result = await self._await_job(job, definition)
-            left_open = await sync_to_async(self._after_job, thread_sensitive=True)()
+            left_open = None
+            if self._orm_open():
+                left_open = await sync_to_async(self._after_job, thread_sensitive=True)()
             result = self._settle(result, left_open)
         except BaseException as error:  # noqa: BLE001 - whatever happens, the job gets an outcome
             result = Failed(job, self.cancelled.get(job.id, error), 0.0)
@@ -170,6 +185,13 @@ class AsyncExecutor:
         if left_open is not None and isinstance(result, Succeeded):
             return Failed(result.job, left_open, result.duration)
         return result
+
+    def _orm_open(self) -> bool:
+        """The ORM thread has a connection open (a plain read of its wrappers)."""
+        return any(wrapper.connection is not None for wrapper in self.orm.wrappers)
+
+    def _started_heard(self) -> bool:
+        return signals.job_started.has_listeners(self.worker.sender)
 
     # -- on asgiref's sync thread (where the async ORM runs) -------------------------------------
 

@@ -68,6 +68,11 @@ class ExecutorPool:
     def retire(self, job: ClaimedJob) -> ExecutorConnections | None:
         """(Dispatcher.) The executor thread running ``job`` no longer counts as a slot: it
         exits once the job returns, and a new thread takes its place. Returns that executor."""
+        # forget the retired executors whose thread has ended (removed one by one: executor
+        # threads append to this list)
+        for ended in [e for e in self.connections if e.retired and not e.thread.is_alive()]:
+            self.connections.remove(ended)
+        self.threads = [thread for thread in self.threads if thread.is_alive()]
         for executor in self.connections:
             if executor.job is job and not executor.retired:
                 executor.retired = True
