@@ -1,7 +1,8 @@
 """django-pgjobs: background jobs in the PostgreSQL database your Django project already has.
 
-Public API: ``job`` (decorator), ``enqueue``, ``enqueue_many``, ``RetryPolicy``, ``Retry`` and
-``Discard`` (raised by handlers), ``get_result``/``aget_result`` (``JobResult``); models in
+Public API: ``job`` (decorator), ``enqueue``, ``enqueue_many``, ``abort`` (and ``Aborted``),
+``RetryPolicy``, ``Retry`` and ``Discard`` (raised by handlers), ``get_result``/``aget_result``
+(``JobResult``); models in
 ``django_pgjobs.models`` (``Job``, ``DeadLetter``); the worker is ``manage.py runjobs``.
 """
 
@@ -15,6 +16,9 @@ __all__ = [
     "enqueue",
     "enqueue_many",
     "JobTimeout",
+    "abort",
+    "Aborted",
+    "AbortResult",
     "RetryPolicy",
     "Retry",
     "Discard",
@@ -27,6 +31,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from .aborting import AbortResult
     from .backoff import RetryPolicy
     from .errors import JobTimeout
     from .models import Job
@@ -49,6 +54,14 @@ def enqueue_many(job: JobDefinition | str, calls: Any) -> list[Job]:
     return resolve(job).enqueue_many(calls)
 
 
+def abort(job_id_or_ids: Any, *, using: str | None = None, **options: Any) -> AbortResult:
+    """Abort jobs by id: cancel the waiting ones, request the abort of the running ones (see
+    ``django_pgjobs.aborting.abort``)."""
+    from .aborting import abort as abort_jobs
+
+    return abort_jobs(job_id_or_ids, using=using, **options)
+
+
 def __getattr__(name: str) -> Any:
     # Lazy: importing django_pgjobs must not import models before the app registry is ready.
     if name == "job":
@@ -63,6 +76,14 @@ def __getattr__(name: str) -> Any:
         from .errors import JobTimeout
 
         return JobTimeout
+    if name == "Aborted":
+        from .errors import Aborted
+
+        return Aborted
+    if name == "AbortResult":
+        from .aborting import AbortResult
+
+        return AbortResult
     if name == "UnknownJobError":
         from .registry import UnknownJobError
 

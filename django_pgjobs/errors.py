@@ -88,3 +88,11 @@ class JobTimeout(Exception):
 
 
 JobTimeout.__module__ = "django_pgjobs"  # stored as django_pgjobs.JobTimeout
+
+
+class Aborted(Exception):
+    """Raised by a job that stops because its abort was requested (``current_job()
+    .raise_if_aborted()``); the attempt ends as aborted: dead-lettered, never retried."""
+
+
+Aborted.__module__ = "django_pgjobs"  # stored and shown as django_pgjobs.Aborted

@@ -75,6 +75,12 @@ class Job(models.Model):
     result = models.JSONField(
         null=True, blank=True, help_text="The kept return value (jobs with keep_result)."
     )
+    abort_requested_at = models.DateTimeField(
+        null=True, blank=True, help_text="When an abort of this running job was requested."
+    )
+    abort_requested_by = models.CharField(  # noqa: DJ001 (NULL: no abort requested)
+        max_length=255, null=True, blank=True, help_text="Who or what requested the abort."
+    )
 
     objects = JobQuerySet.as_manager()
 

@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from . import db
 from .conf import get_config
+from .errors import Aborted
 from .validation import check_queue
 
 Connection = BaseDatabaseWrapper
@@ -55,10 +56,18 @@ class ClaimedJob:
     lease_seconds: float = 0.0
     keep_result: bool = False
     deadline: float | None = None  # monotonic time its timeout ends (set when it starts)
+    #: Set (by the worker's dispatcher) once an abort of this job was requested: a handler that
+    #: polls it can stop, best by raising ``django_pgjobs.Aborted`` (``raise_if_aborted()``).
+    abort_requested: bool = False
 
     @property
     def is_last_attempt(self) -> bool:
         return self.attempts >= self.max_attempts
+
+    def raise_if_aborted(self) -> None:
+        """Raise ``django_pgjobs.Aborted`` if an abort of this job was requested."""
+        if self.abort_requested:
+            raise Aborted(f"job #{self.id} stopped: its abort was requested")
 
 
 # -- claiming and finishing ---------------------------------------------------------------------
@@ -210,6 +219,19 @@ def dead_letter_job(
     return rows[0]["id"] if rows else None
 
 
+def dead_letter_aborted(
+    connection: Connection, job: ClaimedJob, *, summary: str, error: dict[str, Any]
+) -> int | None:
+    """Move a held job whose attempt ended as aborted to the dead-letter table (error type
+    ``Aborted``, reason naming who requested it); returns the dead letter's id (None if fenced)."""
+    rows = db.execute(
+        connection,
+        "dead_letter_aborted",
+        {"id": job.id, "token": job.claim_token, "summary": summary, "error": json.dumps([error])},
+    )
+    return rows[0]["id"] if rows else None
+
+
 def release_jobs(connection: Connection, jobs: Sequence[ClaimedJob]) -> set[int]:
     """Hand claimed-but-unstarted jobs back without spending their attempt."""
     if not jobs:
@@ -219,11 +241,17 @@ def release_jobs(connection: Connection, jobs: Sequence[ClaimedJob]) -> set[int]
 
 def extend_leases(connection: Connection, jobs: Sequence[ClaimedJob]) -> set[int]:
     """Heartbeat; returns the ids still held (the others were rescued from this worker)."""
+    return heartbeat(connection, jobs)[0]
+
+
+def heartbeat(connection: Connection, jobs: Sequence[ClaimedJob]) -> tuple[set[int], set[int]]:
+    """``extend_leases``, returning ``(ids still held, ids of those with an abort requested)``."""
     if not jobs:
-        return set()
+        return set(), set()
     params = _pairs(jobs)
     params["lease_seconds"] = [j.lease_seconds for j in jobs]
-    return set(db.ids_of(db.execute(connection, "extend_leases", params)))
+    rows = db.execute(connection, "extend_leases", params)
+    return {row["id"] for row in rows}, {row["id"] for row in rows if row["abort_requested"]}
 
 
 # -- maintenance --------------------------------------------------------------------------------
@@ -353,6 +381,42 @@ def run_jobs_now(connection: Connection, ids: Sequence[int]) -> list[int]:
 def cancel_jobs(connection: Connection, ids: Sequence[int]) -> list[int]:
     """Delete waiting jobs; running jobs are left alone."""
     return db.ids_of(db.execute(connection, "cancel_jobs", {"ids": list(ids)}))
+
+
+#: Runs of ``abort_jobs`` at most: a job claimed or retried while the statement ran is caught by
+#: the next run (it is running or waiting then); a third change within milliseconds is not.
+ABORT_RUNS = 3
+
+
+def abort_jobs(
+    connection: Connection, ids: Sequence[int], *, requested_by: str, cancel_waiting: bool = True
+) -> tuple[list[int], list[int]]:
+    """Request the abort of the running jobs among ``ids`` and (``cancel_waiting``) delete the
+    waiting ones; returns ``(abort requested ids, cancelled ids)``. Ids of jobs that no longer
+    exist (or finished, kept as successful) are in neither."""
+    requested: list[int] = []
+    cancelled: list[int] = []
+    left = list(dict.fromkeys(ids))
+    for _ in range(ABORT_RUNS):
+        if not left:
+            break
+        row = db.execute(
+            connection,
+            "abort_jobs",
+            {"ids": left, "requested_by": requested_by, "cancel_waiting": cancel_waiting},
+        )[0]
+        requested += row["requested"]
+        cancelled += row["cancelled"]
+        done = set(row["requested"]) | set(row["cancelled"])
+        # what the statement's snapshot showed as running (or waiting) but its row lock did not
+        left = [job_id for job_id in row["eligible"] if job_id not in done]
+    return requested, cancelled
+
+
+def request_abort(connection: Connection, ids: Sequence[int], *, requested_by: str) -> list[int]:
+    """Request the abort of the running jobs among ``ids`` (waiting ones are left alone);
+    returns their ids."""
+    return abort_jobs(connection, ids, requested_by=requested_by, cancel_waiting=False)[0]
 
 
 # -- statistics (worker -> dashboard) -----------------------------------------------------------

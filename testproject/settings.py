@@ -109,6 +109,7 @@ PGJOBS = {
         "testproject.handlers.timeouts",
         "testproject.handlers.results",
         "testproject.handlers.retries",
+        "testproject.handlers.aborting",
     ],
 }
 

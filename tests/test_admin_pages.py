@@ -121,11 +121,12 @@ def test_job_detail_shows_arguments_every_error_and_timeline(admin_client, rows)
 def test_job_detail_offers_only_valid_actions(admin_client, rows):
     def buttons(pk):
         page = text(admin_client.get(reverse("admin:django_pgjobs_job_change", args=[pk])))
-        return {label for label in ("Run now", "Retry now", "Cancel job") if f">{label}<" in page}
+        labels = ("Run now", "Retry now", "Cancel job", "Abort")
+        return {label for label in labels if f">{label}<" in page}
 
     assert buttons(rows["scheduled"].pk) == {"Run now", "Cancel job"}
     assert buttons(rows["retrying"].pk) == {"Retry now", "Cancel job"}
-    assert buttons(rows["running"].pk) == set()
+    assert buttons(rows["running"].pk) == {"Abort"}
     due = Job.objects.filter(queue="emails").first()
     assert buttons(due.pk) == {"Cancel job"}
 
@@ -137,11 +138,11 @@ def test_list_actions_follow_the_view_filter(admin_client, rows):
             return set()
         return {name for name, _ in form.fields["action"].choices if name}
 
-    assert offered("") == {"run_now", "retry_now", "cancel"}
+    assert offered("") == {"run_now", "retry_now", "cancel", "abort"}
     assert offered("view=scheduled") == {"run_now", "cancel"}
     assert offered("view=retrying") == {"retry_now", "cancel"}
     assert offered("view=due") == {"cancel"}
-    assert offered("view=running") == set()
+    assert offered("view=running") == {"abort"}
 
 
 def test_arguments_are_redacted(admin_client, rows):

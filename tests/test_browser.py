@@ -11,13 +11,17 @@ or Chromium the test is skipped, unless ``PGJOBS_REQUIRE_BROWSER=1`` (CI): then 
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
 from admin_data import PASSWORD, seed
 from django.db import connections
+from helpers import wait_until
 
 from django_pgjobs.models import DeadLetter, Job
+from testproject.demo.models import Counter
+from testproject.handlers.aborting import recount
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -78,23 +82,25 @@ def screenshot(page, name: str, **options) -> None:
         page.screenshot(path=str(SCREENSHOTS / name), **options)
 
 
-def test_triage_in_a_browser(live_server, browser_page, django_user_model):
-    rows = seed()
-    django_user_model.objects.create_superuser("operator", "op@example.com", PASSWORD)
-    page = browser_page
-    expect = sync_api.expect
-
-    # log in (the admin sends an anonymous visitor to its login page)
-    page.goto(f"{live_server.url}/admin/django_pgjobs/job/dashboard/")
-    expect(page).to_have_url(
-        f"{live_server.url}/admin/login/?next=/admin/django_pgjobs/job/dashboard/"
-    )
+def log_in(page, base_url: str, path: str) -> None:
+    """Open ``path`` as "operator": the admin sends an anonymous visitor to its login page."""
+    page.goto(f"{base_url}{path}")
+    sync_api.expect(page).to_have_url(f"{base_url}/admin/login/?next={path}")
     page.fill("#id_username", "operator")
     page.fill("#id_password", PASSWORD)
     page.click("input[type=submit]")
     # fold the admin's navigation sidebar away: more room for the tables (and the screenshots)
     page.evaluate("localStorage.setItem('django.admin.navSidebarIsOpen', 'false')")
     page.reload()
+
+
+def test_triage_in_a_browser(live_server, browser_page, django_user_model):
+    rows = seed()
+    django_user_model.objects.create_superuser("operator", "op@example.com", PASSWORD)
+    page = browser_page
+    expect = sync_api.expect
+
+    log_in(page, live_server.url, "/admin/django_pgjobs/job/dashboard/")
 
     # the dashboard: one row per queue, workers, the chart
     expect(page.locator("h1")).to_have_text("Jobs dashboard")
@@ -136,3 +142,28 @@ def test_triage_in_a_browser(live_server, browser_page, django_user_model):
     row = page.locator("#result_list tr", has_text=f"#{new_job.pk}")
     expect(row.locator(f'span[title="{dead.name}"]')).to_have_count(1)
     assert rows["retrying"].pk != new_job.pk
+
+
+def test_abort_a_running_job_in_a_browser(
+    live_server, browser_page, django_user_model, start_worker
+):
+    Counter.objects.create(name="long")
+    long = recount.enqueue("long", 1200)  # a minute of work: only the abort ends it in time
+    worker = start_worker("--queue", "handlers", env={"PGJOBS_HEARTBEAT_SECONDS": "30"})
+    wait_until(lambda: Counter.objects.get(name="long").value > 0, timeout=60)
+    django_user_model.objects.create_superuser("operator", "op@example.com", PASSWORD)
+    page = browser_page
+    expect = sync_api.expect
+
+    log_in(page, live_server.url, "/admin/django_pgjobs/job/")
+    page.click("#changelist-filter a:text-is('running')")
+    row = page.locator("#result_list tr", has_text=f"#{long.pk}")
+    row.locator("input.action-select").check()
+    page.select_option("select[name=action]", "abort")
+    page.click("button[name=index]")
+    expect(page.locator(".messagelist")).to_contain_text("Abort requested for 1 running job.")
+    wait_until(lambda: DeadLetter.objects.filter(job_id=long.pk).exists(), timeout=20)
+    page.goto(f"{live_server.url}/admin/django_pgjobs/deadletter/")
+    expect(page.locator("#result_list")).to_contain_text("Aborted")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(timeout=60) == 0, worker.output()

@@ -76,6 +76,9 @@ def params_for(name: str) -> dict:
         "dead": [0],
         "waits": ["{1}"],
         "pids": [0],
+        "requested_by": "admin user 'root'",
+        "cancel_waiting": True,
+        "summary": "E: boom",
     }
     if name == "enqueue_jobs":
         params.update(args=["[]"], kwargs=["{}"])

@@ -27,12 +27,22 @@ class Action:
     description: str  # shown in the changelist's action menu
     permission: str  # "operate" (change_<model>) or "remove" (delete_<model>)
     operation: Callable[..., list[int]]
-    done: str  # "{n}" is replaced by e.g. "12 jobs"
+    done: str  # "{n}" is replaced by e.g. "12 jobs", "{count}" by 12, "{s}" by "s"
     views: frozenset[str] = frozenset()  # job views it applies to (jobs only)
     noun: str = "job"
+    records_user: bool = False  # the operation takes requested_by: the admin user who acted
 
     def message(self, count: int) -> str:
-        return self.done.format(n=plural(count, self.noun))
+        return self.done.format(
+            n=plural(count, self.noun), count=f"{count:,}", s="" if count == 1 else "s"
+        )
+
+    def apply(self, connection, ids: Sequence[int], request) -> list[int]:
+        """Run the operation on ``ids`` for the admin user of ``request``."""
+        if self.records_user:
+            user = request.user.get_username()
+            return self.operation(connection, ids, requested_by=f"admin user {user!r}")
+        return self.operation(connection, ids)
 
     def skipped(self, count: int, why: str) -> str:
         if not count:
@@ -70,6 +80,16 @@ JOB_ACTIONS: dict[str, Action] = {
             operation=operations.cancel_jobs,
             done="Cancelled {n}.",
             views=WAITING,
+        ),
+        Action(
+            name="abort",
+            label="Abort",
+            description="Abort selected running jobs",
+            permission="operate",
+            operation=operations.request_abort,
+            done="Abort requested for {count} running job{s}.",
+            views=frozenset({View.RUNNING}),
+            records_user=True,
         ),
     )
 }
@@ -114,7 +134,8 @@ def bulk_actions(table: dict[str, Action]) -> tuple[Callable[..., None], ...]:
 
 #: Job actions offered on the list page, per value of its ``view`` filter (None: no filter).
 JOB_ACTIONS_BY_FILTER: dict[str | None, Sequence[str]] = {
-    None: ("run_now", "retry_now", "cancel"),
+    None: ("run_now", "retry_now", "cancel", "abort"),
+    View.RUNNING: ("abort",),
     View.DUE: ("cancel",),
     View.SCHEDULED: ("run_now", "cancel"),
     View.RETRYING: ("retry_now", "cancel"),

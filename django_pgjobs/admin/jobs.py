@@ -130,6 +130,8 @@ class JobAdmin(JobRowAdmin):
                     "lease_expires_at",
                     "worker",
                     "finished_at",
+                    "abort_requested_at",
+                    "abort_requested_by",
                 )
             },
         ),
@@ -242,7 +244,7 @@ class JobAdmin(JobRowAdmin):
         if job.view not in spec.views:
             messages.error(request, f"{spec.label} is not possible: job #{job.pk} is {job.view}.")
             return HttpResponseRedirect(page)
-        done = spec.operation(self.connection(), [job.pk])
+        done = spec.apply(self.connection(), [job.pk], request)
         if not done:
             messages.warning(request, f"Job #{job.pk} changed meanwhile; nothing was done.")
             return HttpResponseRedirect(page)
@@ -260,7 +262,7 @@ class JobAdmin(JobRowAdmin):
             .order_by()
             .values_list("id", flat=True)
         )
-        done = spec.operation(self.connection(), eligible) if eligible else []
+        done = spec.apply(self.connection(), eligible, request) if eligible else []
         views = ", ".join(sorted(spec.views))
         self.report(
             request,

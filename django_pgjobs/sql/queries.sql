@@ -96,7 +96,8 @@ WHERE j.id = candidates.id
 RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempts, j.max_attempts,
           j.timeout,
           extract(epoch FROM j.run_after)::float8 AS run_after,
-          extract(epoch FROM j.created_at)::float8 AS created_at, j.keep_result;
+          extract(epoch FROM j.created_at)::float8 AS created_at, j.keep_result,
+          j.abort_requested_at IS NOT NULL AS abort_requested;
 
 -- name: complete_jobs
 -- Delete successful jobs, fenced: only rows still running under the claim token given.
@@ -145,11 +146,12 @@ WITH completed AS ({{complete_jobs_retained}}),
 claimed AS ({{claim_jobs}})
 SELECT claimed.*, NULL::bigint[] AS completed FROM claimed
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        ARRAY(SELECT id FROM completed);
 
 -- name: retry_job
--- Put a failed job back to 'ready' after `delay_seconds`, appending the error; fenced.
+-- Put a failed job back to 'ready' after `delay_seconds`, appending the error; fenced. A job
+-- whose abort was requested is never retried (no row: the worker dead-letters it as aborted).
 UPDATE pgjobs_job
 SET status = 'ready',
     run_after = now() + %(delay_seconds)s * interval '1 second',
@@ -158,6 +160,7 @@ SET status = 'ready',
     lease_expires_at = NULL,
     worker = ''
 WHERE id = %(id)s AND claim_token = %(token)s::uuid AND status = 'running'
+  AND abort_requested_at IS NULL
 RETURNING id;
 
 -- name: dead_letter_job
@@ -167,6 +170,23 @@ WITH moved AS (
     WHERE id = %(id)s AND claim_token = %(token)s::uuid AND status = 'running'
     RETURNING *, %(reason)s::text AS reason, %(error_type)s::text AS error_type,
               %(error)s::jsonb AS error
+)
+{{bury_moved}};
+
+-- name: dead_letter_aborted
+-- Move one job whose attempt ended as aborted to pgjobs_deadletter (error type 'Aborted'), with
+-- a reason naming who requested the abort, or saying the job raised Aborted itself; fenced.
+WITH moved AS (
+    DELETE FROM pgjobs_job
+    WHERE id = %(id)s AND claim_token = %(token)s::uuid AND status = 'running'
+    RETURNING *,
+              CASE WHEN abort_requested_at IS NULL
+                   THEN 'aborted: the job raised Aborted'
+                   ELSE 'aborted at the request of ' || COALESCE(abort_requested_by, 'unknown')
+                        || ' (' || to_char(abort_requested_at AT TIME ZONE 'UTC',
+                                           'YYYY-MM-DD HH24:MI:SS') || ' UTC)'
+              END || ': ' || %(summary)s::text AS reason,
+              'Aborted'::text AS error_type, %(error)s::jsonb AS error
 )
 {{bury_moved}};
 
@@ -192,19 +212,20 @@ RETURNING j.id;
 
 -- name: extend_leases
 -- Heartbeat: push the lease of every job a worker holds; rows not returned are no longer its.
+-- Also says which of them have an abort requested (how a worker that does not LISTEN learns).
 UPDATE pgjobs_job AS j
 SET lease_expires_at = now() + held.lease_seconds * interval '1 second'
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(lease_seconds)s::float8[])
      AS held(id, token, lease_seconds)
 WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
-RETURNING j.id;
+RETURNING j.id, j.abort_requested_at IS NOT NULL AS abort_requested;
 
 -- name: rescue_expired
 -- Jobs whose lease expired (their worker died or hung): back to 'ready' with an error entry, or
--- to the dead-letter table when that was their last attempt. One statement; SKIP LOCKED lets
--- several workers run it at once.
+-- to the dead-letter table when that was their last attempt or their abort was requested (as
+-- aborted: never run again). One statement; SKIP LOCKED lets several workers run it at once.
 WITH expired AS (
-    SELECT id, attempts >= max_attempts AS exhausted,
+    SELECT id, attempts >= max_attempts OR abort_requested_at IS NOT NULL AS exhausted,
            jsonb_build_array(jsonb_build_object(
                'at', now(), 'attempt', attempts, 'type', 'LeaseExpired',
                'message', 'lease expired while running on worker ' || worker,
@@ -220,9 +241,15 @@ moved AS (
     USING expired
     WHERE j.id = expired.id AND expired.exhausted
     RETURNING j.*,
-              'attempts exhausted: the lease of the last attempt expired (worker died or hung)'
-                  AS reason,
-              'LeaseExpired' AS error_type, expired.error
+              CASE WHEN j.abort_requested_at IS NULL
+                   THEN 'attempts exhausted: the lease of the last attempt expired '
+                        '(worker died or hung)'
+                   ELSE 'aborted at the request of ' || COALESCE(j.abort_requested_by, 'unknown')
+                        || ': the lease expired (worker died or hung) before the job stopped'
+              END AS reason,
+              CASE WHEN j.abort_requested_at IS NULL THEN 'LeaseExpired' ELSE 'Aborted' END
+                  AS error_type,
+              expired.error
 ),
 buried AS ({{bury_moved}}),
 requeued AS (
@@ -380,6 +407,36 @@ SELECT due.id FROM due, (SELECT count(*) FROM woken) AS notified;
 DELETE FROM pgjobs_job
 WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready'
 RETURNING id;
+
+-- name: abort_jobs
+-- Abort jobs: request the abort of running ones (kept: the first request's time and requester)
+-- and wake the workers listening on pgjobs_abort (payload: the job id; sent at commit), and,
+-- when `cancel_waiting`, delete the ones still waiting (as cancel_jobs). Returns the ids of each.
+-- Both CTEs see one snapshot and touch disjoint rows; a job claimed or retried between that
+-- snapshot and its row lock is in neither, but in `eligible` (what the snapshot showed), and
+-- operations.abort_jobs runs the statement again for it.
+WITH eligible AS (
+    SELECT id FROM pgjobs_job
+    WHERE id = ANY(%(ids)s::bigint[])
+      AND (status = 'running' OR (status = 'ready' AND %(cancel_waiting)s))
+),
+cancelled AS (
+    DELETE FROM pgjobs_job
+    WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready' AND %(cancel_waiting)s
+    RETURNING id
+),
+requested AS (
+    UPDATE pgjobs_job
+    SET abort_requested_at = COALESCE(abort_requested_at, now()),
+        abort_requested_by = COALESCE(abort_requested_by, %(requested_by)s::text)
+    WHERE id = ANY(%(ids)s::bigint[]) AND status = 'running'
+    RETURNING id
+),
+woken AS (
+    SELECT pg_notify('pgjobs_abort', id::text) FROM requested
+)
+SELECT ARRAY(SELECT id FROM cancelled) AS cancelled, ARRAY(SELECT id FROM requested) AS requested,
+       ARRAY(SELECT id FROM eligible) AS eligible, (SELECT count(*) FROM woken) AS notified;
 
 -- Statements of the admin dashboard and the per-minute queue statistics (pgjobs_stat).
 

@@ -6,8 +6,8 @@ Summary
     ``async_concurrency`` of them); it acknowledges successes in batches, records failures
     (retry with backoff, or dead letter) and runs the maintenance units (lease heartbeat,
     registry touch, rescue and prune, metrics flush). A listener thread (when ``LISTEN_NOTIFY``
-    is on) wakes it as soon as a job is enqueued. ``docs/explanation/worker.md`` walks through
-    the parts.
+    is on) wakes it as soon as a job is enqueued and passes on aborts requested (``aborts.py``;
+    the heartbeat does too). ``docs/explanation/worker.md`` walks through the parts.
 
 Usage
     ``Worker(queues=["emails"], concurrency=8).run()`` returns the exit code. Tests call

@@ -168,6 +168,7 @@ class AsyncExecutor:
             job.deadline = started + job.timeout
         token = set_current_job(job)  # this task's own context: current_job() is per task
         try:
+            job.raise_if_aborted()  # aborted before it started: it never starts
             value = await definition.func(*job.args, **job.kwargs)
             if job.keep_result:  # not JSON: a failed attempt, never a success without it
                 result = dump_result(value, self.max_result_bytes)

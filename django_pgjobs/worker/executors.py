@@ -163,6 +163,7 @@ class ExecutorPool:
             job.deadline = started + job.timeout
         token = set_current_job(job)
         try:
+            job.raise_if_aborted()  # aborted before it started: it never starts
             if definition.is_atomic():
                 connection = connections[self.alias]  # made fit by before_job
                 with transaction.atomic(using=self.alias):

@@ -4,8 +4,9 @@ A failed attempt is retried after its job's backoff (or the delay of a ``Retry``
 dead-lettered when it was the last or the job says not to retry it (``decisions.py``); a
 job this worker cannot run (unknown name, arguments that do not fit) is dead-lettered at once;
 a job whose first statement met a connection that had died while idle is handed back without
-spending an attempt. Every step is fenced by the claim token and rides out database faults.
-Dispatcher thread only.
+spending an attempt. A job whose abort was requested (or that raised ``Aborted``) is never
+retried: it is dead-lettered as aborted. Every step is fenced by the claim token and rides out
+database faults. Dispatcher thread only.
 """
 
 from __future__ import annotations
@@ -62,6 +63,11 @@ class FailurePolicy:
         entry = errors.error_entry(job.attempts, error, worker=worker.id)
         entry = redaction.hide_secrets(entry, job)  # stored, shown and logged: no secrets
         summary = f"{entry['type']}: {one_line(entry['message'])}"
+        if job.abort_requested or isinstance(error, errors.Aborted):
+            worker.finish(job)
+            if not self._bury_aborted(job, entry, summary):
+                worker.stats.lost += 1
+            return
         decision = decide(job, registry.get(job.name), error, summary)
         if decision.retry_in is None:
             self.dead_letter(job, reason=decision.reason, error=entry)
@@ -82,11 +88,26 @@ class FailurePolicy:
                 summary,
                 delay,
             )
-        else:
+        elif not self._bury_aborted(job, entry, summary):
             worker.stats.lost += 1
             logger.warning(
                 "job %s #%s failed but its lease was lost; its new owner decides", job.name, job.id
             )
+
+    def _bury_aborted(self, job: ClaimedJob, entry: dict, summary: str) -> bool:
+        """Dead-letter a finished job as aborted (also when the retry found its abort requested
+        before this worker learned of it); False when the job is no longer held."""
+        worker = self.worker
+        db = worker.db
+        dead_id = db.with_retries(
+            lambda: operations.dead_letter_aborted(
+                db.connection(), job, summary=summary, error=entry
+            )
+        )
+        if dead_id is None:
+            return False
+        self._buried(job, dead_id, f"aborted: {summary}")
+        return True
 
     def dead_letter(self, job: ClaimedJob, *, reason: str, error: dict) -> None:
         worker = self.worker
@@ -99,6 +120,10 @@ class FailurePolicy:
         if dead_id is None:
             worker.stats.lost += 1
             return
+        self._buried(job, dead_id, reason)
+
+    def _buried(self, job: ClaimedJob, dead_id: int, reason: str) -> None:
+        worker = self.worker
         worker.stats.dead_lettered += 1
         worker.metrics.dead(job)
         send(signals.job_dead_lettered, worker.sender, job=job, reason=reason)

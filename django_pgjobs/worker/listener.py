@@ -1,8 +1,9 @@
-"""The listener: a thread that wakes the dispatcher as soon as a job is enqueued.
+"""The listener: a thread that wakes the dispatcher as soon as a job is enqueued, and tells it
+at once of aborts requested (``aborts.py``).
 
-It holds its own connection (thread-local, in LISTEN ``pgjobs``), touches nothing else, and
-speaks to the dispatcher only through ``Worker.wake()`` (an event plus a message on the events
-queue). It never dies: a lost connection is re-opened with a doubling back-off, and a wake is
+It holds its own connection (thread-local, in LISTEN ``pgjobs`` and ``pgjobs_abort``), touches
+nothing else, and speaks to the dispatcher only through ``Worker.wake()`` (an event plus a
+message on the events queue) and ``AbortNotice`` messages on that queue. It never dies: a lost connection is re-opened with a doubling back-off, and a wake is
 sent after each (re)connection for what was enqueued while it was not listening.
 """
 
@@ -13,6 +14,7 @@ import threading
 
 from django.db import connections
 
+from .aborts import ABORT_CHANNEL, parse_notice
 from .faults import FIRST_WAIT_SECONDS, next_wait
 from .outcomes import one_line
 
@@ -30,7 +32,8 @@ class Listener:
         self.thread.start()
 
     def run(self) -> None:
-        """Wake the dispatcher on NOTIFY pgjobs (payload: the queue of a due job)."""
+        """Wake the dispatcher on NOTIFY pgjobs (payload: the queue of a due job); pass on
+        NOTIFY pgjobs_abort (payload: a job id)."""
         worker = self.worker
         stop = worker.stop.requested
         delay = FIRST_WAIT_SECONDS
@@ -40,12 +43,17 @@ class Listener:
             try:
                 connection.ensure_connection()
                 raw = connection.connection
-                raw.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                raw.execute(f"LISTEN {ABORT_CHANNEL}")
+                raw.execute(f"LISTEN {NOTIFY_CHANNEL}")  # last: pg_stat_activity shows it
                 worker.wake()  # anything enqueued while we were not listening
                 delay = FIRST_WAIT_SECONDS
                 while not stop.is_set():
                     for notify in raw.notifies(timeout=0.25):
-                        if wanted is None or notify.payload in wanted:
+                        if notify.channel == ABORT_CHANNEL:
+                            notice = parse_notice(notify.payload)
+                            if notice is not None:
+                                worker.events.put(notice)
+                        elif wanted is None or notify.payload in wanted:
                             worker.wake()
                         if stop.is_set():
                             break

@@ -23,6 +23,7 @@ from django.db import DatabaseError
 from .. import metrics, operations, registry, signals
 from ..conf import get_config
 from ..operations import ClaimedJob
+from .aborts import AbortNotice, mark_aborted
 from .acks import Acknowledgements
 from .executors import ExecutorPool
 from .failures import FailurePolicy
@@ -393,6 +394,8 @@ class Worker:
             self.failures.record_failure(item.job, item.error)
         elif isinstance(item, HandBack):
             self.failures.hand_back(item)
+        elif isinstance(item, AbortNotice):
+            mark_aborted(self, [item.job_id])
         elif isinstance(item, LostLease):
             self.finish(item.job)
             self.stats.lost += 1

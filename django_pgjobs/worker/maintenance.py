@@ -14,6 +14,7 @@ import random
 import time
 
 from .. import operations
+from .aborts import mark_aborted
 
 logger = logging.getLogger("django_pgjobs.worker")
 
@@ -65,7 +66,8 @@ class LeaseHeartbeat(OnHeartbeat):
         jobs = [job for job in held.values() if job.deadline is None or job.deadline > now]
         if not jobs:
             return
-        kept = operations.extend_leases(self.worker.db.connection(), jobs)
+        kept, abort_requested = operations.heartbeat(self.worker.db.connection(), jobs)
+        mark_aborted(self.worker, abort_requested)  # how a worker that does not LISTEN learns
         for job in jobs:
             if job.id not in kept and job.id in held:
                 logger.warning("lease of job %s #%s was lost (rescued elsewhere)", job.name, job.id)

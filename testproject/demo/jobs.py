@@ -206,3 +206,14 @@ async def add_async(a: int, b: int) -> dict:
     """An async job that keeps its return value."""
     await asyncio.sleep(0)
     return {"sum": a + b}
+
+
+@job(max_attempts=3, retry=RetryPolicy(base_seconds=0.1, cap_seconds=0.1))
+def abort_self_then_fail(label: str) -> None:
+    """Its abort is requested (and committed) while it runs, and it fails before its worker has
+    heard of the request: the attempt must still end as aborted, not be retried."""
+    from django_pgjobs import abort
+
+    _record(label)
+    abort(current_job().id, requested_by="the job itself")
+    raise ValueError("failed after its abort was requested")

@@ -1,0 +1,58 @@
+"""Aborts of held jobs: how the dispatcher learns that an abort was requested, and what it does.
+
+``django_pgjobs.abort()`` (or the admin's "Abort") sets ``abort_requested_at`` on a running job
+and sends NOTIFY ``pgjobs_abort`` with the job's id. The listener passes it on as an
+``AbortNotice``; a worker that does not LISTEN learns it from its next heartbeat
+(``extend_leases`` returns which held jobs have an abort requested). Either way the dispatcher
+marks the held ``ClaimedJob`` (``abort_requested``, what ``current_job()`` shows the handler)
+and cancels an async job's task (``ExecutorPool.cancel_async``). How the attempt then ends: ``failures.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..errors import Aborted
+
+logger = logging.getLogger("django_pgjobs.worker")
+
+ABORT_CHANNEL = "pgjobs_abort"
+
+
+@dataclass
+class AbortNotice:
+    """(Listener to dispatcher.) An abort was requested for the job with this id."""
+
+    job_id: int
+
+
+def parse_notice(payload: str) -> AbortNotice | None:
+    try:
+        return AbortNotice(int(payload))
+    except ValueError:
+        return None  # not ours: a NOTIFY on the channel by something else
+
+
+def mark_aborted(worker, job_ids: Iterable[int]) -> int:
+    """(Dispatcher.) Mark the held jobs among ``job_ids`` as abort requested; returns how many
+    were newly marked. Ids this worker does not hold are someone else's (or finished)."""
+    worker.owner.check()
+    marked = 0
+    for job_id in job_ids:
+        job = worker.held.get(job_id)
+        if job is None or job.abort_requested:
+            continue
+        job.abort_requested = True
+        marked += 1
+        # an async job's task is cancelled now; its outcome is then a failure with this error
+        error = Aborted(f"job #{job.id} was cancelled: its abort was requested")
+        cancelled = worker.executors.cancel_async(job, error)
+        logger.warning(
+            "job %s #%s: abort requested%s",
+            job.name,
+            job.id,
+            " (its task was cancelled)" if cancelled else "",
+        )
+    return marked
