@@ -49,7 +49,7 @@ SYSTEMS: dict[str, dict] = {
         "WHERE status IN ('ready', 'running') LIMIT 1) AS left_",
         "reset": "TRUNCATE pgjobs_job, pgjobs_deadletter, pgjobs_worker",
         "drain": ["--concurrency", "2", "--batch", "200", "--prefetch", "400"],
-        "sleepy": ["--concurrency", "32", "--batch", "50", "--prefetch", "0"],
+        "sleepy": ["--concurrency", "32"],  # the shape's parallelism; the rest, defaults
         # the same jobs as async def, 32 at once on one event loop (one executor thread idle)
         "sleepy_async": ["--concurrency", "1", "--async-concurrency", "32", "--batch", "50"],
         "latency": ["--concurrency", "4", "--batch", "10", "--prefetch", "0"],
