@@ -67,6 +67,7 @@ def _definition_params(definition: JobDefinition) -> dict[str, Any]:
         "priority": definition.priority,
         "run_after": run_after,
         "max_attempts": definition.get_max_attempts(),
+        "task_backend": definition.task_backend,
     }
 
 
@@ -252,6 +253,7 @@ def _jobs_from_inserted(
         "lease_expires_at": None,
         "claim_token": None,
         "worker": "",
+        "task_backend": params["task_backend"],
     }
     jobs = []
     returned = zip(ids, unique_keys, strict=True)

@@ -9,7 +9,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-from .limits import ERROR_TYPE_MAX, PRIORITY_MAX, PRIORITY_MIN, QUEUE_NAME_MAX
+from .limits import ERROR_TYPE_MAX, PRIORITY_MAX, PRIORITY_MIN, QUEUE_NAME_MAX, TASK_BACKEND_MAX
 from .states import Status, View
 
 
@@ -63,6 +63,14 @@ class Job(models.Model):
     errors = models.JSONField(
         default=list,
         help_text="One entry per failed attempt: at, attempt, type, message, traceback.",
+    )
+    task_backend = models.CharField(
+        max_length=TASK_BACKEND_MAX,
+        blank=True,
+        default="",
+        db_default="",  # statements that do not name it (native jobs) leave it empty
+        help_text="The django.tasks backend alias of a task (name is then the task's module "
+        "path); empty for jobs registered with @job.",
     )
 
     objects = JobQuerySet.as_manager()
@@ -159,6 +167,13 @@ class DeadLetter(models.Model):
     reason = models.TextField(help_text="Why the job was dead-lettered, in one sentence.")
     error_type = models.CharField(max_length=ERROR_TYPE_MAX, blank=True, default="")
     errors = models.JSONField(default=list)
+    task_backend = models.CharField(
+        max_length=TASK_BACKEND_MAX,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The django.tasks backend alias of a task; carried back when requeued.",
+    )
     created_at = models.DateTimeField(help_text="When the job was first enqueued.")
     started_at = models.DateTimeField(null=True, blank=True)
     failed_at = models.DateTimeField(default=timezone.now)

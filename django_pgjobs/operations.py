@@ -52,6 +52,7 @@ class ClaimedJob:
     created_at: datetime
     claim_token: uuid.UUID
     lease_seconds: float = 0.0
+    task_backend: str = ""  # the django.tasks backend alias of a task row; "" for a native job
 
     @property
     def is_last_attempt(self) -> bool:

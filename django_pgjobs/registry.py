@@ -110,6 +110,8 @@ class JobDefinition:
     run_after: datetime | None = None
     delay: float | None = None
     fixed_unique_key: str | None = None
+    # the django.tasks backend alias of a task (``task_rows.TaskDefinition``); "" for @job
+    task_backend: str = ""
 
     def __post_init__(self) -> None:
         if self.queue is not None:

@@ -10,10 +10,10 @@
 -- transaction into one.
 WITH inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
-                            max_attempts, unique_key, created_at, worker, errors)
+                            max_attempts, unique_key, created_at, worker, errors, task_backend)
     VALUES (%(name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb, 'ready',
             COALESCE(%(run_after)s::timestamptz, now()), 0, %(max_attempts)s, %(unique_key)s,
-            now(), '', '[]'::jsonb)
+            now(), '', '[]'::jsonb, %(task_backend)s)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
     DO NOTHING
     RETURNING id, queue, run_after, created_at, unique_key
@@ -90,6 +90,7 @@ SET status = 'running',
 FROM candidates
 WHERE j.id = candidates.id
 RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempts, j.max_attempts,
+          j.task_backend,
           extract(epoch FROM j.run_after)::float8 AS run_after,
           extract(epoch FROM j.created_at)::float8 AS created_at;
 
@@ -159,9 +160,9 @@ WITH moved AS (
 -- `error`, a one-element jsonb array appended to their errors) into pgjobs_deadletter.
 INSERT INTO pgjobs_deadletter (job_id, name, queue, priority, args, kwargs, attempts,
                                max_attempts, unique_key, reason, error_type, errors,
-                               created_at, started_at, failed_at)
+                               created_at, started_at, failed_at, task_backend)
 SELECT id, name, queue, priority, args, kwargs, attempts, max_attempts, unique_key,
-       reason, error_type, errors || error, created_at, started_at, now()
+       reason, error_type, errors || error, created_at, started_at, now(), task_backend
 FROM moved
 RETURNING id
 
@@ -299,9 +300,9 @@ moved AS (
 ),
 inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
-                            max_attempts, unique_key, created_at, worker, errors)
+                            max_attempts, unique_key, created_at, worker, errors, task_backend)
     SELECT name, queue, priority, args, kwargs, 'ready', now(), 0, max_attempts, unique_key,
-           now(), '', errors
+           now(), '', errors, task_backend
     FROM moved
     RETURNING id, queue
 ),
