@@ -1,6 +1,7 @@
 """django-pgjobs: background jobs in the PostgreSQL database your Django project already has.
 
-Public API: ``job`` (decorator), ``enqueue``, ``enqueue_many``, ``RetryPolicy``; models in
+Public API: ``job`` (decorator), ``enqueue``, ``enqueue_many``, ``RetryPolicy``, ``Retry`` and
+``Discard`` (raised by handlers), ``get_result``/``aget_result`` (``JobResult``); models in
 ``django_pgjobs.models`` (``Job``, ``DeadLetter``); the worker is ``manage.py runjobs``.
 """
 
@@ -9,12 +10,27 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["job", "enqueue", "enqueue_many", "RetryPolicy", "UnknownJobError", "__version__"]
+__all__ = [
+    "job",
+    "enqueue",
+    "enqueue_many",
+    "RetryPolicy",
+    "Retry",
+    "Discard",
+    "get_result",
+    "aget_result",
+    "JobResult",
+    "JobResultDoesNotExist",
+    "UnknownJobError",
+    "__version__",
+]
 
 if TYPE_CHECKING:
     from .backoff import RetryPolicy
     from .models import Job
     from .registry import JobDefinition, UnknownJobError, job
+    from .results import JobResult, JobResultDoesNotExist, aget_result, get_result
+    from .retries import Discard, Retry
 
 
 def enqueue(job: JobDefinition | str, *args: Any, **kwargs: Any) -> Job:
@@ -45,4 +61,12 @@ def __getattr__(name: str) -> Any:
         from .registry import UnknownJobError
 
         return UnknownJobError
+    if name in ("Retry", "Discard"):
+        from . import retries
+
+        return getattr(retries, name)
+    if name in ("get_result", "aget_result", "JobResult", "JobResultDoesNotExist"):
+        from . import results
+
+        return getattr(results, name)
     raise AttributeError(f"module 'django_pgjobs' has no attribute {name!r}")

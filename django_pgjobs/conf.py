@@ -90,6 +90,8 @@ class Config:
     RETRY_JITTER: float = setting(0.5, Bounds(low=0, high=1))
     #: Keep successful jobs this many seconds (status ``successful``); 0 deletes them at once.
     KEEP_SUCCEEDED_SECONDS: float = setting(0.0, SECONDS)
+    #: Keep successful jobs that kept their result (``keep_result``) this many seconds.
+    KEEP_RESULTS_SECONDS: float = setting(7 * 24 * 3600.0, SECONDS)
     #: Seconds a worker waits for running jobs after SIGTERM/SIGINT before it gives up on them.
     SHUTDOWN_GRACE_SECONDS: float = setting(30.0, SECONDS)
     #: Largest accepted JSON payload (args + kwargs), in bytes.

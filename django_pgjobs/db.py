@@ -20,7 +20,7 @@ class JobsTableMissing(RuntimeError):
     """The django_pgjobs tables do not exist yet: ``manage.py migrate`` has not run."""
 
 
-JSON_COLUMNS = frozenset({"args", "kwargs", "errors", "queues"})
+JSON_COLUMNS = frozenset({"args", "kwargs", "errors", "queues", "result"})
 
 
 def jobs_connection(using: str | None = None) -> BaseDatabaseWrapper:

@@ -67,6 +67,7 @@ def _definition_params(definition: JobDefinition) -> dict[str, Any]:
         "priority": definition.priority,
         "run_after": run_after,
         "max_attempts": definition.get_max_attempts(),
+        "keep_result": definition.keep_result,
         "task_backend": definition.task_backend,
     }
 
@@ -203,6 +204,7 @@ def enqueue_many(
             "priority": params["priority"],
             "run_after": params["run_after"],
             "max_attempts": params["max_attempts"],
+            "keep_result": params["keep_result"],
             "notify": get_config().LISTEN_NOTIFY,
         },
     )
@@ -253,6 +255,8 @@ def _jobs_from_inserted(
         "lease_expires_at": None,
         "claim_token": None,
         "worker": "",
+        "keep_result": params["keep_result"],
+        "result": None,
         "task_backend": params["task_backend"],
     }
     jobs = []

@@ -64,6 +64,14 @@ class Job(models.Model):
         default=list,
         help_text="One entry per failed attempt: at, attempt, type, message, traceback.",
     )
+    keep_result = models.BooleanField(
+        default=False,
+        db_default=False,  # statements that do not name it (older workers' INSERTs) keep working
+        help_text="Keep the return value as the job's result when it succeeds.",
+    )
+    result = models.JSONField(
+        null=True, blank=True, help_text="The kept return value (jobs with keep_result)."
+    )
     task_backend = models.CharField(
         max_length=TASK_BACKEND_MAX,
         blank=True,
@@ -167,6 +175,9 @@ class DeadLetter(models.Model):
     reason = models.TextField(help_text="Why the job was dead-lettered, in one sentence.")
     error_type = models.CharField(max_length=ERROR_TYPE_MAX, blank=True, default="")
     errors = models.JSONField(default=list)
+    keep_result = models.BooleanField(
+        default=False, db_default=False, help_text="Carried back when requeued."
+    )
     task_backend = models.CharField(
         max_length=TASK_BACKEND_MAX,
         blank=True,
@@ -186,6 +197,8 @@ class DeadLetter(models.Model):
             models.Index("error_type", "failed_at", name="pgjobs_dl_type_idx"),
             models.Index("name", "failed_at", name="pgjobs_dl_name_idx"),
             models.Index("queue", "failed_at", name="pgjobs_dl_queue_idx"),
+            # get_result: a failed job is found by the id it had in pgjobs_job.
+            models.Index("job_id", name="pgjobs_dl_job_idx"),
         ]
 
     def __str__(self) -> str:

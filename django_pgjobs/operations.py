@@ -52,6 +52,7 @@ class ClaimedJob:
     created_at: datetime
     claim_token: uuid.UUID
     lease_seconds: float = 0.0
+    keep_result: bool = False
     task_backend: str = ""  # the django.tasks backend alias of a task row; "" for a native job
 
     @property
@@ -117,6 +118,17 @@ def complete_jobs(connection: Connection, jobs: Sequence[ClaimedJob]) -> set[int
     retain = get_config().KEEP_SUCCEEDED_SECONDS > 0
     name = "complete_jobs_retained" if retain else "complete_jobs"
     return set(db.ids_of(db.execute(connection, name, _pairs(jobs))))
+
+
+def complete_jobs_with_results(
+    connection: Connection, jobs: Sequence[ClaimedJob], results: Sequence[str]
+) -> set[int]:
+    """Finish successful jobs that keep their result: ``successful`` with ``results`` (their
+    return values as JSON texts, in the order of ``jobs``). Fenced like ``complete_jobs``."""
+    if not jobs:
+        return set()
+    params = {**_pairs(jobs), "results": list(results)}
+    return set(db.ids_of(db.execute(connection, "complete_jobs_with_results", params)))
 
 
 def complete_and_claim_jobs(
@@ -219,10 +231,29 @@ def rescue_expired(connection: Connection, limit: int = 1000) -> tuple[int, int]
     return row["requeued"], row["buried"]
 
 
-def prune_succeeded(connection: Connection, keep_seconds: float, limit: int = 10_000) -> int:
-    """Delete retained successful jobs older than ``keep_seconds``; returns how many."""
-    rows = db.execute(connection, "prune_succeeded", {"keep_seconds": keep_seconds, "limit": limit})
-    return len(rows)
+def prune_succeeded(
+    connection: Connection,
+    keep_seconds: float,
+    keep_results_seconds: float | None = None,
+    limit: int = 10_000,
+) -> int:
+    """Delete successful jobs finished more than ``keep_seconds`` ago, or ``keep_results_seconds``
+    ago for jobs that kept their result (default ``PGJOBS["KEEP_RESULTS_SECONDS"]``); returns
+    how many."""
+    if keep_results_seconds is None:
+        keep_results_seconds = get_config().KEEP_RESULTS_SECONDS
+    params = {
+        "keep_seconds": keep_seconds,
+        "keep_results_seconds": keep_results_seconds,
+        "limit": limit,
+    }
+    return len(db.execute(connection, "prune_succeeded", params))
+
+
+def find_job_result(connection: Connection, job_id: int) -> dict[str, Any] | None:
+    """The row of job ``job_id`` in pgjobs_job, or else its dead letter (status ``failed``)."""
+    rows = db.execute(connection, "find_job_result", {"id": job_id})
+    return rows[0] if rows else None
 
 
 def paused_queues(connection: Connection) -> list[str]:

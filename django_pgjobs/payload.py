@@ -125,7 +125,29 @@ def dump_arguments(args: tuple | list, kwargs: dict, max_bytes: int) -> tuple[st
     return args_json, kwargs_json
 
 
-def _dump_checked(value: list | dict, path: str) -> str:
+class ResultNotJSON(TypeError):
+    """A job's return value, kept as its result, that cannot be stored as JSON and read back
+    unchanged (the same rules as arguments): a failed attempt, never a success."""
+
+
+def dump_result(value: Any, max_bytes: int) -> str:
+    """Validate and serialise a job's return value; returns the JSON text."""
+    if value is None:
+        return "null"
+    try:
+        text = _dump_checked(value, "the return value")
+    except ArgumentsNotJSON as error:
+        raise ResultNotJSON(f"{error}; the result of a job is kept as JSON") from None
+    size = len(text.encode())
+    if size > max_bytes:
+        raise ResultNotJSON(
+            f"the return value is {size} bytes of JSON, over PGJOBS['MAX_PAYLOAD_BYTES'] = "
+            f"{max_bytes}; store large data elsewhere and return a reference"
+        )
+    return text
+
+
+def _dump_checked(value: Any, path: str) -> str:
     return _dump_floats_in_full(value) if _check(value, path) else _dumps(value)
 
 

@@ -21,6 +21,7 @@ from django.utils.module_loading import autodiscover_modules
 from .backoff import RetryPolicy
 from .conf import ConfigError, get_config
 from .payload import Undecodable
+from .retries import check_exception_classes
 from .validation import (
     check_delay,
     check_max_attempts,
@@ -106,6 +107,9 @@ class JobDefinition:
     lease_seconds: float | None = None
     retry: RetryPolicy | None = None
     unique_key: Callable[..., str | None] | None = None
+    keep_result: bool = False
+    retry_on: tuple[type[BaseException], ...] | None = None
+    discard_on: tuple[type[BaseException], ...] = ()
     # per-call options set by .using(); not part of the registered definition
     run_after: datetime | None = None
     delay: float | None = None
@@ -135,6 +139,13 @@ class JobDefinition:
             raise ValueError("give either delay or run_after, not both")
         check_unique_key(self.fixed_unique_key)
         check_name(self.name)
+        if not isinstance(self.keep_result, bool):
+            raise ValueError(f"keep_result must be True or False, not {self.keep_result!r}")
+        # frozen: the normalised tuples replace what was given
+        object.__setattr__(self, "retry_on", check_exception_classes("retry_on", self.retry_on))
+        object.__setattr__(
+            self, "discard_on", check_exception_classes("discard_on", self.discard_on) or ()
+        )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
@@ -171,9 +182,12 @@ class JobDefinition:
         delay: float | None = None,
         unique_key: str | None = None,
         max_attempts: int | None = None,
+        keep_result: bool | None = None,
     ) -> JobDefinition:
         """A copy with per-call options (the ``django.tasks`` idiom)."""
         changes: dict[str, Any] = {}
+        if keep_result is not None:
+            changes["keep_result"] = keep_result
         if queue is not None:
             changes["queue"] = queue
         if priority is not None:
@@ -239,6 +253,9 @@ def job(
     lease_seconds: float | None = None,
     retry: RetryPolicy | None = None,
     unique_key: Callable[..., str | None] | None = None,
+    keep_result: bool = False,
+    retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
+    discard_on: type[BaseException] | tuple[type[BaseException], ...] = (),
 ):
     """Register a function as a job; usable bare (``@job``) or with options (``@job(...)``).
 
@@ -246,7 +263,10 @@ def job(
     ``PGJOBS["DEFAULT_QUEUE"]``), ``priority`` (-100..100, higher first), ``max_attempts``,
     ``atomic`` (run handler and completion in one transaction), ``lease_seconds``, ``retry``
     (a ``RetryPolicy``), ``unique_key`` (callable of the job's arguments returning a key: a
-    second job with the same key is not enqueued while the first is ready or running).
+    second job with the same key is not enqueued while the first is ready or running),
+    ``keep_result`` (keep the JSON return value, read with ``get_result``), ``retry_on`` (only
+    these exception classes are retried; others dead-letter at once), ``discard_on`` (these
+    dead-letter at once).
     """
 
     def register(f: Callable[..., Any]) -> JobDefinition:
@@ -271,6 +291,9 @@ def job(
             lease_seconds=lease_seconds,
             retry=retry,
             unique_key=unique_key,
+            keep_result=keep_result,
+            retry_on=retry_on,
+            discard_on=discard_on,
         )
         existing = _REGISTRY.get(job_name)
         if existing is not None and not _same_function(existing.func, f):

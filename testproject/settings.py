@@ -104,6 +104,8 @@ PGJOBS = {
     # The examples of docs/howto/handlers.md, one module per section.
     "JOB_MODULES": [
         "testproject.handlers.basics",
+        "testproject.handlers.results",
+        "testproject.handlers.retries",
     ],
 }
 

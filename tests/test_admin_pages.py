@@ -428,3 +428,24 @@ def test_every_admin_query_runs_on_the_jobs_database(
     assert any("pgjobs_worker" in q["sql"] for q in elsewhere.captured_queries)
     assert not Job.objects.filter(pk=keyed.pk).exists()
     assert Job.objects.get(pk=rows["scheduled"].pk).view == "due"
+
+
+def test_job_page_shows_the_kept_result_escaped(admin_client):
+    done = job(status="successful", keep_result=True, result={"note": XSS, "n": 3})
+    page = admin_client.get(reverse("admin:django_pgjobs_job_change", args=[done.pk]))
+    body = page.content.decode()
+    assert XSS not in body
+    assert "&quot;note&quot;: &quot;" + XSS_ESCAPED in body and "&quot;n&quot;: 3" in body
+    waiting = job(keep_result=True)
+    page = text(admin_client.get(reverse("admin:django_pgjobs_job_change", args=[waiting.pk])))
+    assert "kept when the job succeeds" in page
+    plain = job()
+    page = text(admin_client.get(reverse("admin:django_pgjobs_job_change", args=[plain.pk])))
+    assert "not kept" in page
+
+
+def test_job_list_shows_whether_a_result_is_kept(admin_client):
+    job(status="successful", keep_result=True, result=[1])
+    job(status="successful")
+    page = admin_client.get(JOBS + "?view=successful").content.decode()
+    assert 'alt="True"' in page and 'alt="False"' in page

@@ -29,6 +29,7 @@ EXPECTED_USERS = {
     "pgjobs_dl_type_idx": {"dead_letter_error_types"},
     "pgjobs_dl_name_idx": {"dead_letter_names"},
     "pgjobs_dl_queue_idx": {"dead_letters_by_queue", "job_queue_names"},
+    "pgjobs_dl_job_idx": {"find_job_result"},
     "pgjobs_stat_minute_idx": {"prune_queue_stats", "queue_stats_since"},
     "pgjobs_stat_queue_minute": {"record_queue_stats"},
 }
@@ -51,6 +52,9 @@ def params_for(name: str) -> dict:
         "error": "[]",
         "delay_seconds": 1.0,
         "keep_seconds": 2 * 24 * 3600.0,
+        "keep_results_seconds": 7 * 24 * 3600.0,
+        "keep_result": False,
+        "results": ["null"] * 3,
         "name": "q3",
         "paused": True,
         "unique_key": "k-13",

@@ -33,6 +33,7 @@ LIST_FIELDS = (
     "started_at",
     "lease_expires_at",
     "worker",
+    "keep_result",
 )
 LEASE_EXPIRED = "lease_expired"
 
@@ -105,6 +106,7 @@ class JobAdmin(JobRowAdmin):
         "attempts_of_max",
         "last_error",
         "worker_and_lease",
+        "result_kept",
     )
     list_display_links = ("job_id",)
     list_filter = (ViewFilter, QueueFilter, JobNameFilter)
@@ -131,6 +133,7 @@ class JobAdmin(JobRowAdmin):
             },
         ),
         ("Arguments", {"fields": ("arguments", "keyword_arguments")}),
+        ("Result", {"fields": ("keep_result", "kept_result")}),
     )
     readonly_fields = flatten_fieldsets(fieldsets)
 
@@ -202,6 +205,19 @@ class JobAdmin(JobRowAdmin):
             "expired" if expired else "until",
             display.relative(obj.lease_expires_at),
         )
+
+    @admin.display(description="result", boolean=True)
+    def result_kept(self, obj):
+        """Whether the job keeps its return value (``keep_result``)."""
+        return obj.keep_result
+
+    @admin.display(description="return value")
+    def kept_result(self, obj):
+        if not obj.keep_result:
+            return "not kept (the job was enqueued without keep_result)"
+        if obj.status != Status.SUCCESSFUL:
+            return "kept when the job succeeds"
+        return format_html('<pre class="pgjobs-pre">{}</pre>', display.pretty_json(obj.result))
 
     # -- detail and actions -----------------------------------------------------------------------
 

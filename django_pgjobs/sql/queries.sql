@@ -10,10 +10,12 @@
 -- transaction into one.
 WITH inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
-                            max_attempts, unique_key, created_at, worker, errors, task_backend)
+                            max_attempts, unique_key, created_at, worker, errors, keep_result,
+                            task_backend)
     VALUES (%(name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb, 'ready',
             COALESCE(%(run_after)s::timestamptz, now()), 0, %(max_attempts)s, %(unique_key)s,
-            now(), '', '[]'::jsonb, %(task_backend)s)
+            now(), '', '[]'::jsonb, %(keep_result)s::boolean,
+            %(task_backend)s)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
     DO NOTHING
     RETURNING id, queue, run_after, created_at, unique_key
@@ -32,10 +34,10 @@ FROM inserted;
 -- job of the statement shares (one row instead of two timestamps per job to decode).
 WITH inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
-                            max_attempts, unique_key, created_at, worker, errors)
+                            max_attempts, unique_key, created_at, worker, errors, keep_result)
     SELECT %(name)s::text, %(queue)s::text, %(priority)s::smallint, a, k, 'ready',
            COALESCE(%(run_after)s::timestamptz, now()), 0, %(max_attempts)s::int, u, now(), '',
-           '[]'::jsonb
+           '[]'::jsonb, %(keep_result)s::boolean
     FROM unnest(%(args)s::jsonb[], %(kwargs)s::jsonb[], %(unique_keys)s::text[]) AS rows(a, k, u)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
     DO NOTHING
@@ -92,7 +94,7 @@ WHERE j.id = candidates.id
 RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempts, j.max_attempts,
           j.task_backend,
           extract(epoch FROM j.run_after)::float8 AS run_after,
-          extract(epoch FROM j.created_at)::float8 AS created_at;
+          extract(epoch FROM j.created_at)::float8 AS created_at, j.keep_result;
 
 -- name: complete_jobs
 -- Delete successful jobs, fenced: only rows still running under the claim token given.
@@ -106,6 +108,17 @@ RETURNING j.id;
 UPDATE pgjobs_job AS j
 SET status = 'successful', finished_at = now(), lease_expires_at = NULL, claim_token = NULL
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS done(id, token)
+WHERE j.id = done.id AND j.claim_token = done.token AND j.status = 'running'
+RETURNING j.id;
+
+-- name: complete_jobs_with_results
+-- Mark successful jobs that keep their result as 'successful' with their return values (JSON
+-- texts, parallel to the ids), fenced like complete_jobs. Only jobs with keep_result come here:
+-- the others keep the complete_jobs path.
+UPDATE pgjobs_job AS j
+SET status = 'successful', finished_at = now(), lease_expires_at = NULL, claim_token = NULL,
+    result = done.result
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(results)s::jsonb[]) AS done(id, token, result)
 WHERE j.id = done.id AND j.claim_token = done.token AND j.status = 'running'
 RETURNING j.id;
 
@@ -130,7 +143,7 @@ WITH completed AS ({{complete_jobs_retained}}),
 claimed AS ({{claim_jobs}})
 SELECT claimed.*, NULL::bigint[] AS completed FROM claimed
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        ARRAY(SELECT id FROM completed);
 
 -- name: retry_job
@@ -160,9 +173,10 @@ WITH moved AS (
 -- `error`, a one-element jsonb array appended to their errors) into pgjobs_deadletter.
 INSERT INTO pgjobs_deadletter (job_id, name, queue, priority, args, kwargs, attempts,
                                max_attempts, unique_key, reason, error_type, errors,
-                               created_at, started_at, failed_at, task_backend)
+                               created_at, started_at, failed_at, keep_result, task_backend)
 SELECT id, name, queue, priority, args, kwargs, attempts, max_attempts, unique_key,
-       reason, error_type, errors || error, created_at, started_at, now(), task_backend
+       reason, error_type, errors || error, created_at, started_at, now(), keep_result,
+       task_backend
 FROM moved
 RETURNING id
 
@@ -221,14 +235,38 @@ requeued AS (
 SELECT (SELECT count(*) FROM requeued) AS requeued, (SELECT count(*) FROM buried) AS buried;
 
 -- name: prune_succeeded
--- Delete up to `limit` successful jobs finished more than `keep_seconds` ago.
+-- Delete up to `limit` successful jobs finished more than `keep_seconds` ago, or, for jobs that
+-- kept their result, `keep_results_seconds` ago. The first condition (the shorter of the two)
+-- is the range read from pgjobs_job_finished_idx; the second picks each row's own period.
 DELETE FROM pgjobs_job
 WHERE id IN (
     SELECT id FROM pgjobs_job
-    WHERE status = 'successful' AND finished_at < now() - %(keep_seconds)s * interval '1 second'
+    WHERE status = 'successful'
+      AND finished_at < now() - LEAST(%(keep_seconds)s::float8, %(keep_results_seconds)s::float8)
+                                * interval '1 second'
+      AND finished_at < now() - (CASE WHEN keep_result THEN %(keep_results_seconds)s::float8
+                                      ELSE %(keep_seconds)s::float8 END) * interval '1 second'
     LIMIT %(limit)s
 )
 RETURNING id;
+
+-- name: find_job_result
+-- One job by id for get_result: its pgjobs_job row, or else its dead letter (status 'failed';
+-- the newest, should it have failed more than once under this id), through pgjobs_dl_job_idx.
+SELECT * FROM (
+    (SELECT 0 AS source, id, name, queue, priority, args, kwargs, status, result, errors,
+            attempts, max_attempts, created_at, run_after, started_at, finished_at, worker,
+            keep_result
+     FROM pgjobs_job WHERE id = %(id)s)
+    UNION ALL
+    (SELECT 1, job_id, name, queue, priority, args, kwargs, 'failed', NULL, errors, attempts,
+            max_attempts, created_at, NULL, started_at, failed_at, '', keep_result
+     FROM pgjobs_deadletter WHERE job_id = %(id)s
+     ORDER BY failed_at DESC, id DESC
+     LIMIT 1)
+) AS found
+ORDER BY source
+LIMIT 1;
 
 -- name: paused_queues
 -- Names of the queues operators paused.
@@ -300,9 +338,10 @@ moved AS (
 ),
 inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
-                            max_attempts, unique_key, created_at, worker, errors, task_backend)
+                            max_attempts, unique_key, created_at, worker, errors, keep_result,
+                            task_backend)
     SELECT name, queue, priority, args, kwargs, 'ready', now(), 0, max_attempts, unique_key,
-           now(), '', errors, task_backend
+           now(), '', errors, keep_result, task_backend
     FROM moved
     RETURNING id, queue
 ),

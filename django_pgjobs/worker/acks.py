@@ -2,7 +2,10 @@
 
 A finished job's acknowledgement waits up to ``ACK_DELAY_SECONDS`` to share a statement with
 others, or rides on the next claim (``complete_and_claim_jobs``). A worker killed meanwhile
-loses nothing: the job runs again after its lease. Dispatcher thread only. See
+loses nothing: the job runs again after its lease. Jobs that keep their result
+(``keep_result``) wait in a list of their own and go in a statement that stores the return values
+(``complete_jobs_with_results``), sent before the claim; the other jobs' path is unchanged.
+Dispatcher thread only. See
 ``docs/explanation/worker.md``.
 """
 
@@ -23,36 +26,51 @@ class Acknowledgements:
     def __init__(self, worker) -> None:
         self.worker = worker
         self.pending: list[ClaimedJob] = []
+        self.with_results: list[tuple[ClaimedJob, str]] = []  # (job, return value as JSON)
         self.oldest_since = 0.0  # when the oldest unsent acknowledgement was queued
 
     def __len__(self) -> int:
-        return len(self.pending)
+        return len(self.pending) + len(self.with_results)
 
-    def add(self, job: ClaimedJob) -> None:
+    def add(self, job: ClaimedJob, result: str | None = None) -> None:
+        """``result``: the return value as JSON, for a job that keeps it."""
         self.worker.owner.check()
-        if not self.pending:
+        if not len(self):
             self.oldest_since = time.monotonic()
-        self.pending.append(job)
+        if job.keep_result:
+            self.with_results.append((job, "null" if result is None else result))
+        else:
+            self.pending.append(job)
 
     def due(self) -> bool:
         """Send acknowledgements alone when enough wait, when nothing else is held (the batch
         cannot grow), or when the oldest has waited ``ACK_DELAY_SECONDS``."""
-        pending = self.pending
-        return bool(pending) and (
-            len(pending) >= self.worker.batch_size
-            or len(pending) == len(self.worker.held)
+        waiting = len(self)
+        return bool(waiting) and (
+            waiting >= self.worker.batch_size
+            or waiting == len(self.worker.held)
             or time.monotonic() - self.oldest_since >= ACK_DELAY_SECONDS
         )
 
     def deadline(self) -> float | None:
         """When the loop must wake to send them, if any wait."""
-        return self.oldest_since + ACK_DELAY_SECONDS if self.pending else None
+        return self.oldest_since + ACK_DELAY_SECONDS if len(self) else None
 
     def flush(self) -> None:
-        """Send the pending acknowledgements in one statement."""
+        """Send the pending acknowledgements in one statement (two with results)."""
         if self.pending:
             batch = self.pending
             self.sent(batch, operations.complete_jobs(self.worker.db.connection(), batch))
+        self.flush_results()
+
+    def flush_results(self) -> None:
+        """Send the acknowledgements that store results, in one statement."""
+        if self.with_results:
+            jobs = [job for job, _ in self.with_results]
+            results = [result for _, result in self.with_results]
+            done = operations.complete_jobs_with_results(self.worker.db.connection(), jobs, results)
+            self.with_results = []
+            self.settle(jobs, done)
 
     def sent(self, batch: list[ClaimedJob], done: set[int]) -> None:
         """``batch`` (the pending list) went out in a statement that committed; a statement

@@ -16,8 +16,10 @@ import time
 from django.db import connections, transaction
 
 from .. import operations, registry, signals
+from ..conf import get_config
 from ..context import reset_current_job, set_current_job
 from ..operations import ClaimedJob
+from ..payload import dump_result
 from .connections import ExecutorConnections, check_transaction_kept
 from .outcomes import Failed, HandBack, LeaseLost, LostLease, Succeeded, send
 
@@ -31,6 +33,7 @@ class ExecutorPool:
         self.todo: queue_module.Queue = queue_module.Queue()  # dispatcher puts, executors take
         self.threads: list[threading.Thread] = []
         self.connections: list[ExecutorConnections] = []  # one per executor thread
+        self.max_result_bytes = get_config().MAX_PAYLOAD_BYTES  # kept results: as arguments
 
     def start(self) -> None:
         for index in range(self.worker.concurrency):
@@ -114,12 +117,20 @@ class ExecutorPool:
             if definition.is_atomic():
                 connection = connections[self.alias]  # made fit by before_job
                 with transaction.atomic(using=self.alias):
-                    definition.run(job.args, job.kwargs)
+                    value = definition.run(job.args, job.kwargs)
                     check_transaction_kept(connection)
-                    if job.id not in operations.complete_jobs(connection, [job]):
+                    if job.keep_result:  # not JSON: raises, the job's writes roll back
+                        result = dump_result(value, self.max_result_bytes)
+                        done = operations.complete_jobs_with_results(connection, [job], [result])
+                    else:
+                        done = operations.complete_jobs(connection, [job])
+                    if job.id not in done:
                         raise LeaseLost()
                 return Succeeded(job, time.monotonic() - started, acked=True)
-            definition.run(job.args, job.kwargs)
+            value = definition.run(job.args, job.kwargs)
+            if job.keep_result:  # not JSON: a failed attempt, never a success without it
+                result = dump_result(value, self.max_result_bytes)
+                return Succeeded(job, time.monotonic() - started, result=result)
             return Succeeded(job, time.monotonic() - started)
         except LeaseLost:
             return LostLease(job)

@@ -1,6 +1,7 @@
 """The failure policy: what becomes of a job that did not succeed.
 
-A failed attempt is retried after its job's backoff, or dead-lettered when it was the last; a
+A failed attempt is retried after its job's backoff (or the delay of a ``Retry``), or
+dead-lettered when it was the last or the job says not to retry it (``decisions.py``); a
 job this worker cannot run (unknown name, arguments that do not fit) is dead-lettered at once;
 a job whose first statement met a connection that had died while idle is handed back without
 spending an attempt. Every step is fenced by the claim token and rides out database faults.
@@ -13,6 +14,7 @@ import logging
 
 from .. import errors, operations, redaction, registry, signals
 from ..operations import ClaimedJob
+from .decisions import decide
 from .outcomes import HandBack, one_line, send
 
 logger = logging.getLogger("django_pgjobs.worker")
@@ -58,15 +60,11 @@ class FailurePolicy:
         entry = errors.error_entry(job.attempts, error, worker=worker.id)
         entry = redaction.hide_secrets(entry, job)  # stored, shown and logged: no secrets
         summary = f"{entry['type']}: {one_line(entry['message'])}"
-        if job.is_last_attempt:
-            self.dead_letter(
-                job,
-                reason=f"attempts exhausted ({job.attempts}/{job.max_attempts}): {summary}",
-                error=entry,
-            )
+        decision = decide(job, registry.get(job.name), error, summary)
+        if decision.retry_in is None:
+            self.dead_letter(job, reason=decision.reason, error=entry)
             return
-        definition = registry.get(job.name)
-        delay = definition.get_retry().delay(job.attempts)
+        delay = decision.retry_in
         worker.finish(job)
         db = worker.db
         if db.with_retries(lambda: operations.retry_job(db.connection(), job, entry, delay)):

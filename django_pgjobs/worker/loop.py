@@ -105,6 +105,7 @@ class Worker:
         self.heartbeat_seconds = config.HEARTBEAT_SECONDS
         self.rescue_interval = config.RESCUE_INTERVAL_SECONDS
         self.keep_succeeded = config.KEEP_SUCCEEDED_SECONDS
+        self.keep_results = config.KEEP_RESULTS_SECONDS
         self.hostname = socket.gethostname()
         self.id = f"{self.hostname}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.sender = Worker  # of every django_pgjobs signal
@@ -285,6 +286,7 @@ class Worker:
 
         True when the claim was full (more may be ready).
         """
+        self.acks.flush_results()  # only jobs that keep their result: the claim carries the others
         limit = min(self._capacity(), self.batch_size)
         acks = self.acks.pending
         done, jobs = operations.complete_and_claim_jobs(
@@ -375,7 +377,7 @@ class Worker:
                 self.stats.succeeded += 1
                 self.metrics.succeeded(item.job)
             else:
-                self.acks.add(item.job)
+                self.acks.add(item.job, item.result)
         elif isinstance(item, Failed):
             self.failures.record_failure(item.job, item.error)
         elif isinstance(item, HandBack):

@@ -98,8 +98,8 @@ class Rescuer(MaintenanceUnit):
                 requeued,
                 buried,
             )
-        if worker.keep_succeeded > 0:
-            operations.prune_succeeded(connection, worker.keep_succeeded)
+        # always: jobs that keep their result are retained whatever KEEP_SUCCEEDED_SECONDS says
+        operations.prune_succeeded(connection, worker.keep_succeeded, worker.keep_results)
 
 
 def units_for(worker) -> list[MaintenanceUnit]:

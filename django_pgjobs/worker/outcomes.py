@@ -38,6 +38,7 @@ class Succeeded:
     job: ClaimedJob
     duration: float
     acked: bool = False  # atomic jobs complete in their own transaction
+    result: str | None = None  # the return value as JSON, for a job that keeps it
 
 
 @dataclass

@@ -1,0 +1,116 @@
+"""Reading a job back by id: ``get_result`` and ``aget_result``.
+
+A job is found in ``pgjobs_job`` (status ``ready``, ``running`` or ``successful``) or, once
+dead-lettered, in ``pgjobs_deadletter`` by the id it had (status ``failed``). A successful job's
+row exists only while it is retained: jobs enqueued with ``keep_result`` are kept
+``PGJOBS["KEEP_RESULTS_SECONDS"]`` with their return value, others ``KEEP_SUCCEEDED_SECONDS``
+(0 by default: deleted when they succeed, so not found). A requeued dead letter becomes a new
+job with a new id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.utils import timezone
+
+from . import db, operations
+
+__all__ = ["JobResult", "JobResultDoesNotExist", "aget_result", "get_result"]
+
+#: The values of ``JobResult.status`` (as ``django.tasks.TaskResultStatus`` names them).
+STATUSES = ("ready", "running", "successful", "failed")
+
+
+class JobResultDoesNotExist(LookupError):
+    """No job with this id in ``pgjobs_job`` nor in ``pgjobs_deadletter``."""
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """A job as ``get_result`` found it. ``return_value`` is the kept result of a successful job
+    that asked for it (``keep_result``), else None. ``errors`` holds one entry per failed
+    attempt, oldest first (``type``, ``message``, ``traceback``, ``worker``, ``at``,
+    ``attempt``). ``worker_ids`` are the workers that ran its attempts, in order."""
+
+    id: int
+    name: str
+    queue: str
+    priority: int
+    args: list
+    kwargs: dict
+    status: str
+    return_value: Any
+    errors: list[dict[str, Any]]
+    attempts: int
+    max_attempts: int
+    enqueued_at: datetime
+    run_after: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    worker_ids: list[str]
+    keep_result: bool
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in ("successful", "failed")
+
+
+def get_result(job_id: int, *, using: str | None = None) -> JobResult:
+    """The job ``job_id`` (the id ``enqueue()`` returned) as it is now.
+
+    Raises ``JobResultDoesNotExist`` when no job or dead letter has this id. ``using``: the
+    database alias (default ``PGJOBS["DATABASE"]``).
+    """
+    if isinstance(job_id, bool) or not isinstance(job_id, int):
+        raise TypeError(f"job_id must be an int, not {type(job_id).__name__}")
+    row = operations.find_job_result(db.jobs_connection(using), job_id)
+    if row is None:
+        raise JobResultDoesNotExist(f"no job #{job_id}: not in pgjobs_job nor pgjobs_deadletter")
+    return _from_row(row)
+
+
+async def aget_result(job_id: int, *, using: str | None = None) -> JobResult:
+    """``get_result`` for async code."""
+    return await sync_to_async(get_result)(job_id, using=using)
+
+
+def _from_row(row: dict[str, Any]) -> JobResult:
+    errors = row["errors"] if isinstance(row["errors"], list) else []
+    worker_ids = [entry["worker"] for entry in errors if _worker_of(entry)]
+    if row["status"] in ("running", "successful") and row["worker"]:
+        worker_ids.append(row["worker"])  # the attempt running now, or the one that succeeded
+    return JobResult(
+        id=row["id"],
+        name=row["name"],
+        queue=row["queue"],
+        priority=row["priority"],
+        args=row["args"],
+        kwargs=row["kwargs"],
+        status=row["status"],
+        return_value=row["result"] if row["status"] == "successful" else None,
+        errors=errors,
+        attempts=row["attempts"],
+        max_attempts=row["max_attempts"],
+        enqueued_at=_as_django_reads(row["created_at"]),
+        run_after=_as_django_reads(row["run_after"]),
+        started_at=_as_django_reads(row["started_at"]),
+        finished_at=_as_django_reads(row["finished_at"]),
+        worker_ids=worker_ids,
+        keep_result=row["keep_result"],
+    )
+
+
+def _worker_of(entry: Any) -> bool:
+    return isinstance(entry, dict) and isinstance(entry.get("worker"), str) and entry["worker"]
+
+
+def _as_django_reads(moment: datetime | None) -> datetime | None:
+    """A time from a raw statement as a model field gives it (naive local when USE_TZ=False)."""
+    if moment is None or moment.tzinfo is None or settings.USE_TZ:
+        return moment
+    return timezone.make_naive(moment)
