@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from traceback import format_exception
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -19,9 +19,6 @@ from django.utils.module_loading import import_string
 from . import taskframework as tf
 from .context import current_job
 from .registry import JobDefinition
-
-if TYPE_CHECKING:
-    from .operations import ClaimedJob
 
 
 class NotATask(LookupError):
@@ -100,26 +97,4 @@ def find_task(module_path: str) -> Any:
     return found
 
 
-def pgjobs_backend(alias: str) -> Any:
-    """The ``PgJobsBackend`` configured as ``TASKS[alias]``; ``NotATask`` otherwise."""
-    from .backend import PgJobsBackend  # noqa: PLC0415 - backend imports this module
-
-    try:
-        backend = tf.task_backends[alias]
-    except Exception as error:  # noqa: BLE001 - InvalidTaskBackend, or a backend failing to load
-        raise NotATask(f"TASKS has no usable backend {alias!r}: {error}") from None
-    if not isinstance(backend, PgJobsBackend):
-        raise NotATask(f"TASKS[{alias!r}] is {type(backend).__name__}, not a PgJobsBackend")
-    return backend
-
-
-def definition_for_row(job: ClaimedJob) -> TaskDefinition:
-    """The definition a worker runs a task row with; ``NotATask`` when it may not run."""
-    backend = pgjobs_backend(job.task_backend)
-    task = find_task(job.name)
-    if task.backend != backend.alias:
-        task = dataclasses.replace(task, backend=backend.alias)
-    return backend.definition(task)
-
-
-__all__ = ["NotATask", "TaskDefinition", "definition_for_row", "find_task", "task_error"]
+__all__ = ["NotATask", "TaskDefinition", "find_task", "task_error"]

@@ -109,6 +109,19 @@ PGJOBS = {
     ],
 }
 
+# django.tasks (Django 6, or the django-tasks backport on Django 5.2) runs on the job queue:
+# docs/howto/django-tasks.md. Quick retries, so the tests see a failing task's attempts.
+TASKS = {
+    "default": {
+        "BACKEND": "django_pgjobs.backend.PgJobsBackend",
+        "QUEUES": ["default", "tasks"],
+        "OPTIONS": {
+            "MAX_ATTEMPTS": 3,
+            "RETRY": {"base_seconds": 0.1, "factor": 1, "jitter": 0},
+        },
+    },
+}
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

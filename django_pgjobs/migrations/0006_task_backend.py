@@ -4,20 +4,31 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_pgjobs', '0005_job_results'),
+        ("django_pgjobs", "0005_job_results"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='deadletter',
-            name='task_backend',
-            field=models.CharField(blank=True, db_default='', default='', help_text='The django.tasks backend alias of a task; carried back when requeued.', max_length=100),
+            model_name="deadletter",
+            name="task_backend",
+            field=models.CharField(
+                blank=True,
+                db_default="",
+                default="",
+                help_text="The django.tasks backend alias of a task; carried back when requeued.",
+                max_length=100,
+            ),
         ),
         migrations.AddField(
-            model_name='job',
-            name='task_backend',
-            field=models.CharField(blank=True, db_default='', default='', help_text="The django.tasks backend alias of a task (name is then the task's module path); empty for jobs registered with @job.", max_length=100),
+            model_name="job",
+            name="task_backend",
+            field=models.CharField(
+                blank=True,
+                db_default="",
+                default="",
+                help_text="The django.tasks backend alias of a task (name is then the task's module path); empty for jobs registered with @job.",
+                max_length=100,
+            ),
         ),
     ]

@@ -143,7 +143,7 @@ WITH completed AS ({{complete_jobs_retained}}),
 claimed AS ({{claim_jobs}})
 SELECT claimed.*, NULL::bigint[] AS completed FROM claimed
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        ARRAY(SELECT id FROM completed);
 
 -- name: retry_job

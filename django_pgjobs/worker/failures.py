@@ -15,6 +15,7 @@ import logging
 from .. import errors, operations, redaction, registry, signals
 from ..operations import ClaimedJob
 from .decisions import decide
+from .lookup import NotATask, definition_of
 from .outcomes import HandBack, one_line, send
 
 logger = logging.getLogger("django_pgjobs.worker")
@@ -29,7 +30,16 @@ class FailurePolicy:
         registered function or whose arguments do not fit it."""
         worker_id = self.worker.id
         try:
-            definition = registry.get(job.name)
+            definition = definition_of(job)
+        except NotATask as error:
+            self.dead_letter(
+                job,
+                reason=f"not a task: {error}",
+                error=errors.error_entry(
+                    job.attempts, error_type="NotATask", message=str(error), worker=worker_id
+                ),
+            )
+            return None
         except registry.UnknownJobError as error:
             self.dead_letter(
                 job,
@@ -60,7 +70,7 @@ class FailurePolicy:
         entry = errors.error_entry(job.attempts, error, worker=worker.id)
         entry = redaction.hide_secrets(entry, job)  # stored, shown and logged: no secrets
         summary = f"{entry['type']}: {one_line(entry['message'])}"
-        decision = decide(job, registry.get(job.name), error, summary)
+        decision = decide(job, definition_of(job), error, summary)
         if decision.retry_in is None:
             self.dead_letter(job, reason=decision.reason, error=entry)
             return
