@@ -127,5 +127,9 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {"django_pgjobs": {"handlers": ["console"], "level": "INFO"}},
+    "loggers": {
+        "django_pgjobs": {"handlers": ["console"], "level": "INFO"},
+        # the django-tasks backport's logger (Django 6's "django.tasks" goes to "django")
+        "django_tasks": {"handlers": ["console"], "level": "INFO"},
+    },
 }

@@ -9,10 +9,11 @@ from datetime import timedelta
 
 import pytest
 from asgiref.sync import async_to_sync
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from helpers import wait_until
 
+from django_pgjobs import operations
 from django_pgjobs import taskframework as tf
 from django_pgjobs.models import DeadLetter, Job
 from testproject.demo.models import Counter
@@ -115,3 +116,69 @@ def test_context_attempt_is_the_rows_attempt_count(start_worker):
     assert result.return_value == {"attempt": 2, "id": enqueued.id}
     assert result.attempts == 2 and len(result.errors) == 1
     assert result.errors[0].exception_class_path == "builtins.RuntimeError"
+
+
+def test_a_task_row_runs_only_a_task(start_worker, tmp_path):
+    """A row marked as a task names anything (the table is writable): only a Task of a
+    PgJobsBackend runs; every other row is dead-lettered and nothing it names is called."""
+    marker = tmp_path / "called"
+    forged = {
+        "os.system": ("default", [f"touch {marker}"]),  # a callable, not a Task
+        "testproject.handlers.results.count_words": ("default", ["x"]),  # a @job, not a Task
+        "nowhere.at_all": ("default", []),  # not importable
+        "testproject.handlers.tasks.greet": ("elsewhere", ["Ada"]),  # alias not in TASKS
+    }
+    for name, (alias, args) in forged.items():
+        Job.objects.create(name=name, queue="tasks", args=args, task_backend=alias)
+    # a native row naming a task's path: the registry rule, the task is not run either
+    Job.objects.create(name="testproject.handlers.tasks.greet", queue="tasks", args=["Bob"])
+
+    output = run_tasks(start_worker)
+
+    assert not marker.exists()
+    assert not Job.objects.exists(), output
+    dead = {d.name + "@" + d.task_backend: d for d in DeadLetter.objects.all()}
+    assert len(dead) == 5
+    for name, (alias, _) in forged.items():
+        letter = dead[f"{name}@{alias}"]
+        assert letter.error_type == "NotATask" and letter.reason.startswith("not a task: ")
+        assert letter.attempts == 1
+    assert "not a django" in dead["os.system@default"].reason.replace("_", ".")
+    assert "cannot be imported" in dead["nowhere.at_all@default"].reason
+    assert (
+        "no usable backend 'elsewhere'" in dead["testproject.handlers.tasks.greet@elsewhere"].reason
+    )
+    assert dead["testproject.handlers.tasks.greet@"].error_type == "UnknownJob"
+
+
+def test_requeued_dead_task_runs_as_a_task_again(start_worker):
+    enqueued = tasks.greet.enqueue("Ada")
+    Job.objects.filter(id=int(enqueued.id)).update(args=[])  # arguments that no longer fit
+    run_tasks(start_worker)
+    letter = DeadLetter.objects.get(job_id=int(enqueued.id))
+    assert letter.error_type == "BadArguments" and letter.task_backend == "default"
+    DeadLetter.objects.filter(id=letter.id).update(args=["Ada"])
+    (new_id,) = operations.requeue_dead_letters(connection, [letter.id])
+    run_tasks(start_worker)
+    assert tasks.greet.get_result(str(new_id)).return_value == "Hello, Ada!"
+
+
+def test_worker_sends_task_started_and_finished_and_logs_them(start_worker):
+    ok = tasks.greet.enqueue("Ada")
+    failing = tasks.refuse.using(priority=-1).enqueue("nope")
+    result, output = run_until_finished(start_worker, tasks.refuse, failing.id)
+    assert result.status == Status.FAILED
+    path = "testproject.handlers.tasks"
+    # Django's own receivers log each signal (django.tasks / django_tasks logger)
+    assert f"Task id={ok.id} path={path}.greet state=RUNNING" in output
+    assert f"Task id={ok.id} path={path}.greet state=SUCCESSFUL" in output
+    assert output.count(f"Task id={failing.id} path={path}.refuse state=RUNNING") == 3
+    assert output.count(f"Task id={failing.id} path={path}.refuse state=FAILED") == 3
+    assert "ValueError: nope" in output  # logged with the exception
+
+
+def test_admin_lists_tasks_by_name(admin_client):
+    tasks.greet.enqueue("Ada")
+    page = admin_client.get("/admin/django_pgjobs/job/")
+    assert page.status_code == 200
+    assert "testproject.handlers.tasks.greet" in page.content.decode()
