@@ -17,12 +17,16 @@ from django_pgjobs import operations
 from django_pgjobs import taskframework as tf
 from django_pgjobs.models import DeadLetter, Job
 from testproject.demo.models import Counter
-from testproject.handlers import tasks
 
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(not tf.AVAILABLE, reason="no Tasks framework installed"),
-]
+if not tf.AVAILABLE:
+    pytest.skip(
+        "no Tasks framework: Django 6, or the django-tasks backport on Django 5.2",
+        allow_module_level=True,
+    )
+
+from testproject.handlers import tasks  # noqa: E402 - needs the Tasks framework
+
+pytestmark = pytest.mark.django_db(transaction=True)
 
 Status = tf.TaskResultStatus
 

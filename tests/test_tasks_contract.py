@@ -16,13 +16,17 @@ from django.utils import timezone
 
 from django_pgjobs import taskframework as tf
 from django_pgjobs.models import Job
-from testproject.handlers import tasks
 from testproject.handlers.results import count_words
 
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(not tf.AVAILABLE, reason="no Tasks framework installed"),
-]
+if not tf.AVAILABLE:
+    pytest.skip(
+        "no Tasks framework: Django 6, or the django-tasks backport on Django 5.2",
+        allow_module_level=True,
+    )
+
+from testproject.handlers import tasks  # noqa: E402 - needs the Tasks framework
+
+pytestmark = pytest.mark.django_db(transaction=True)
 PGJOBS_BACKEND = "django_pgjobs.backend.PgJobsBackend"
 LOGGER = "django.tasks" if tf.FRAMEWORK == "django.tasks" else "django_tasks"
 
