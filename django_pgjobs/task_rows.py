@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from traceback import format_exception
-from typing import Any
+from typing import Any, ClassVar
 
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -33,6 +33,9 @@ class TaskDefinition(JobDefinition):
 
     task: Any = None
     backend: Any = None  # the PgJobsBackend of ``task_backend``
+    # Always run by an executor thread through ``run()``: an ``async def`` task is awaited there
+    # by ``Task.call`` (asgiref's async_to_sync), inside the signals, context and result above.
+    is_async: ClassVar[bool] = False
 
     def check_arguments(self, args: Any, kwargs: Any) -> None:
         if self.task is not None and self.task.takes_context and isinstance(args, list):

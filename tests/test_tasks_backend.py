@@ -186,3 +186,12 @@ def test_admin_lists_tasks_by_name(admin_client):
     page = admin_client.get("/admin/django_pgjobs/job/")
     assert page.status_code == 200
     assert "testproject.handlers.tasks.greet" in page.content.decode()
+
+
+def test_the_how_to_example(start_worker):
+    from testproject.handlers.task_calls import award, points_after
+
+    result_id = award("grace", 7)
+    assert points_after(result_id) is None
+    run_tasks(start_worker)
+    assert points_after(result_id) == 7
