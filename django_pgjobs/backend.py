@@ -73,6 +73,7 @@ class PgJobsBackend(tf.BaseTaskBackend):
             self.max_attempts, self.retry, self.lease_seconds, self.atomic = _options(self.options)
         except (TypeError, ValueError) as error:
             raise ImproperlyConfigured(f"{where}: {error}") from None
+        self._definitions: dict[Any, TaskDefinition] = {}
 
     # -- enqueueing -----------------------------------------------------------------------------
 
@@ -84,7 +85,16 @@ class PgJobsBackend(tf.BaseTaskBackend):
             raise tf.InvalidTask(str(error)) from None
 
     def definition(self, task: Any) -> TaskDefinition:
-        """The job definition ``task`` is enqueued and run with."""
+        """(Worker.) The job definition a task row runs with, one per task of the module: a
+        worker asks for it at every claim of the task."""
+        try:
+            return self._definitions[task]
+        except KeyError:
+            pass
+        definition = self._definitions[task] = self._new_definition(task)
+        return definition
+
+    def _new_definition(self, task: Any) -> TaskDefinition:
         return TaskDefinition(
             func=task.func,
             name=task.module_path,
@@ -104,7 +114,11 @@ class PgJobsBackend(tf.BaseTaskBackend):
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
         """One INSERT on the caller's connection (inside the caller's transaction, if any)."""
         self.validate_task(task)
-        job = self.definition(task).enqueue(*args, **kwargs)
+        try:  # not remembered: each .using(run_after=...) is another task
+            definition = self._new_definition(task)
+        except ValueError as error:  # what Django's validation leaves to backends
+            raise tf.InvalidTask(str(error)) from None
+        job = definition.enqueue(*args, **kwargs)
         result = tf.TaskResult(
             task=task,
             id=str(job.id),
