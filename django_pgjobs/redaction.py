@@ -78,6 +78,13 @@ def _secret_parameters(
     return positions, keywords
 
 
+def redact_value(value: Any) -> Any:
+    """A copy of a JSON value (a job's kept result) with every value under a redacted key shown
+    as ``REDACTED``."""
+    keys = redacted_keys()
+    return _redact(value, keys, set()) if keys else value
+
+
 def _redact(value: Any, keys: frozenset[str], secrets: set[str], depth: int = 0) -> Any:
     if depth > MAX_NESTING:  # deeper than enqueue() accepts: a hand-written row; stop here
         return value

@@ -8,8 +8,9 @@ Stored in ``pgjobs_job.status`` (the names follow ``django.tasks.TaskResultStatu
     Claimed by a worker, which holds a lease on it until ``lease_expires_at`` and extends the
     lease by heartbeat while the job runs.
 ``successful``
-    Finished without error. Only kept when ``PGJOBS["KEEP_SUCCEEDED_SECONDS"]`` is above 0;
-    otherwise a successful job is deleted when it completes.
+    Finished without error. Kept with its return value (``result``) for
+    ``PGJOBS["KEEP_RESULTS_SECONDS"]`` when enqueued with ``keep_result``; otherwise only kept
+    when ``PGJOBS["KEEP_SUCCEEDED_SECONDS"]`` is above 0, else deleted when it completes.
 
 A job that fails its last attempt, names no registered job, or carries arguments that do not fit
 its function leaves ``pgjobs_job`` and becomes a row of ``pgjobs_deadletter`` (``failed`` in

@@ -431,11 +431,14 @@ def test_every_admin_query_runs_on_the_jobs_database(
 
 
 def test_job_page_shows_the_kept_result_escaped(admin_client):
-    done = job(status="successful", keep_result=True, result={"note": XSS, "n": 3})
+    done = job(
+        status="successful", keep_result=True, result={"note": XSS, "n": 3, "token": "s3cr3t-42"}
+    )
     page = admin_client.get(reverse("admin:django_pgjobs_job_change", args=[done.pk]))
     body = page.content.decode()
     assert XSS not in body
     assert "&quot;note&quot;: &quot;" + XSS_ESCAPED in body and "&quot;n&quot;: 3" in body
+    assert "s3cr3t-42" not in body and "&quot;token&quot;: &quot;********&quot;" in body
     waiting = job(keep_result=True)
     page = text(admin_client.get(reverse("admin:django_pgjobs_job_change", args=[waiting.pk])))
     assert "kept when the job succeeds" in page

@@ -18,6 +18,7 @@ from django_pgjobs import (
     aget_result,
     enqueue,
     get_result,
+    job,
     operations,
 )
 from django_pgjobs.models import DeadLetter, Job
@@ -26,6 +27,12 @@ from testproject.demo.models import Counter
 from testproject.handlers.results import add_and_report, checked_at, count_words, report_time
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@job(name="tests.results.write_then_return_an_object", atomic=True, keep_result=True)
+def write_then_return_an_object(name: str) -> object:
+    Counter.objects.create(name=name)
+    return object()
 
 
 def test_results_are_kept_by_the_jobs_that_ask(start_worker):
@@ -76,6 +83,15 @@ def test_a_return_value_that_is_not_json_is_a_failed_attempt(start_worker):
     assert result.finished_at is not None and result.run_after is None
     dead = DeadLetter.objects.get(job_id=job.id)
     assert dead.keep_result is True and "attempts exhausted (1/1)" in dead.reason
+
+
+def test_an_atomic_job_whose_result_is_not_json_rolls_back_its_writes():
+    queued = write_then_return_an_object.using(max_attempts=1).enqueue("never")
+    run_worker()
+    dead = DeadLetter.objects.get(job_id=queued.id)
+    assert dead.error_type == "django_pgjobs.payload.ResultNotJSON"
+    assert "the return value is a builtins.object, which is not JSON" in dead.errors[0]["message"]
+    assert not Counter.objects.filter(name="never").exists()
 
 
 def test_none_is_kept_as_a_null_result():

@@ -14,6 +14,7 @@ from django.utils.html import format_html
 
 from .. import registry
 from ..models import view_condition
+from ..redaction import redact_value
 from ..states import Status, View
 from . import display
 from .actions import JOB_ACTIONS, JOB_ACTIONS_BY_FILTER, Action, bulk_actions
@@ -217,7 +218,8 @@ class JobAdmin(JobRowAdmin):
             return "not kept (the job was enqueued without keep_result)"
         if obj.status != Status.SUCCESSFUL:
             return "kept when the job succeeds"
-        return format_html('<pre class="pgjobs-pre">{}</pre>', display.pretty_json(obj.result))
+        shown = redact_value(obj.result)  # REDACT_KEYS, as for arguments
+        return format_html('<pre class="pgjobs-pre">{}</pre>', display.pretty_json(shown))
 
     # -- detail and actions -----------------------------------------------------------------------
 

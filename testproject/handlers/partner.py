@@ -2,7 +2,7 @@
 
 Each call is counted in the ``Counter`` row of the account (its ``value``), so tests can tell
 how many times a job called. What the partner answers depends on the account's name:
-``limited-N`` answers "429 Too Many Requests, Retry-After: 1" to the first N calls, then OK;
+``limited-N`` answers "429 Too Many Requests, Retry-After: 3" to the first N calls, then OK;
 ``down`` is always unavailable (503); ``rejected`` refuses the request (400); ``odd`` fails with
 an error nobody planned for; anything else is OK.
 """
@@ -35,7 +35,7 @@ def push(account: str) -> int:
     Counter.objects.filter(name=account).update(value=F("value") + 1)
     calls = Counter.objects.get(name=account).value
     if account.startswith("limited-") and calls <= int(account.removeprefix("limited-")):
-        raise RateLimited(retry_after=1)
+        raise RateLimited(retry_after=3)
     if account == "down":
         raise Unavailable("503 Service Unavailable")
     if account == "rejected":
