@@ -1,5 +1,6 @@
 """The benchmark's jobs for django-pgjobs."""
 
+import asyncio
 import time
 
 from bench.drivers.common import record_latency
@@ -14,6 +15,11 @@ def noop() -> None:
 @job(name="bench.nap")
 def nap(seconds: float) -> None:
     time.sleep(seconds)
+
+
+@job(name="bench.async_nap")
+async def async_nap(seconds: float) -> None:
+    await asyncio.sleep(seconds)
 
 
 @job(name="bench.timed")

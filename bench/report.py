@@ -19,6 +19,7 @@ ROWS = [
     ("drain_2", "drain no-op jobs, tuned, 2 worker processes (jobs/s)", "rate"),
     ("drain_best", "drain no-op jobs, tuned, the better of 1 and 2 processes (jobs/s)", "rate"),
     ("sleepy", "drain 2-5 ms sleeping jobs, parallelism 32, batch 50 (jobs/s)", "rate"),
+    ("sleepy_async", "... same as async def jobs, 32 on one event loop (jobs/s)", "rate"),
     ("latency_listen", "enqueue -> start p50 / p99, LISTEN/NOTIFY (ms)", "latency"),
     ("latency_poll", "enqueue -> start p50 / p99, polling every 1 s (ms)", "latency"),
 ]

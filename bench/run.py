@@ -50,6 +50,8 @@ SYSTEMS: dict[str, dict] = {
         "reset": "TRUNCATE pgjobs_job, pgjobs_deadletter, pgjobs_worker",
         "drain": ["--concurrency", "2", "--batch", "200", "--prefetch", "400"],
         "sleepy": ["--concurrency", "32", "--batch", "50", "--prefetch", "0"],
+        # the same jobs as async def, 32 at once on one event loop (one executor thread idle)
+        "sleepy_async": ["--concurrency", "1", "--async-concurrency", "32", "--batch", "50"],
         "latency": ["--concurrency", "4", "--batch", "10", "--prefetch", "0"],
         "poll": ["--concurrency", "4", "--batch", "10", "--prefetch", "0", "--poll", "1"],
     },
@@ -280,12 +282,14 @@ class Bench:
         self.reset(system)
         return n / seconds
 
-    def drain_rate(self, system: str, processes: int, options: list[str], sleepy=False) -> float:
+    def drain_rate(
+        self, system: str, processes: int, options: list[str], sleepy=False, command=None
+    ) -> float:
         if sleepy:
             n = self.size("sleepy") // (3 if system in SLOW else 1)
         else:
             n = self.size(DRAIN_SIZE.get(system, "drain_slow"))
-        command = "bulk-sleep" if sleepy else "bulk"
+        command = command or ("bulk-sleep" if sleepy else "bulk")
         if SYSTEMS[system]["remaining"] is None:
             return self.drain_rate_unbatched(system, processes, options, command, n)
         workers = self.start_workers(system, processes, options)
@@ -356,6 +360,14 @@ class Bench:
         if system == "pgjobs":  # the README's pattern; only django-pgjobs can turn NOTIFY off
             steps.insert(
                 2, ("enqueue_8_atomic", lambda: self.enqueue_rate(system, 8, "enqueue-atomic"))
+            )
+            steps.append(
+                (
+                    "sleepy_async",
+                    lambda: self.drain_rate(
+                        system, 1, spec["sleepy_async"], sleepy=True, command="bulk-sleep-async"
+                    ),
+                )
             )
         if spec["latency"] is not None:
             steps.append(("latency_listen", lambda: self.latency(system, spec["latency"], False)))

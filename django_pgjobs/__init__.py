@@ -14,6 +14,7 @@ __all__ = [
     "job",
     "enqueue",
     "enqueue_many",
+    "JobTimeout",
     "RetryPolicy",
     "Retry",
     "Discard",
@@ -27,6 +28,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from .backoff import RetryPolicy
+    from .errors import JobTimeout
     from .models import Job
     from .registry import JobDefinition, UnknownJobError, job
     from .results import JobResult, JobResultDoesNotExist, aget_result, get_result
@@ -57,6 +59,10 @@ def __getattr__(name: str) -> Any:
         from .backoff import RetryPolicy
 
         return RetryPolicy
+    if name == "JobTimeout":
+        from .errors import JobTimeout
+
+        return JobTimeout
     if name == "UnknownJobError":
         from .registry import UnknownJobError
 

@@ -98,6 +98,14 @@ class Config:
     MAX_PAYLOAD_BYTES: int = setting(1_048_576, POSITIVE)
     #: Longest error text (message + traceback) kept per attempt, in characters.
     MAX_ERROR_CHARS: int = setting(20_000, POSITIVE)
+    #: Seconds a job may run when neither ``.using(timeout=...)`` nor ``@job(timeout=...)`` says;
+    #: None: no limit. A job past its time is a failed attempt (``JobTimeout``).
+    DEFAULT_TIMEOUT_SECONDS: float | None = setting(None, POSITIVE_SECONDS)
+    #: Async jobs one worker runs at once on its event loop (``runjobs --async-concurrency``).
+    ASYNC_CONCURRENCY: int = setting(32, Bounds(low=1, high=10_000))
+    #: Executor threads stuck in a timed-out job that a worker tolerates: at this many it stops
+    #: claiming, hands back what it holds and exits with status 3 for its supervisor to restart.
+    MAX_STUCK_THREADS: int = setting(4, Bounds(low=1, high=1000))
     #: Modules imported at start-up besides every installed app's ``jobs`` module.
     JOB_MODULES: tuple[str, ...] = ()
     #: Argument keys whose values are shown as ``'********'`` in the admin and logs.
@@ -110,6 +118,7 @@ ACCEPTED_TYPES: dict[str, tuple[type, ...]] = {
     "int": (int,),
     "bool": (bool,),
     "float": (int, float),
+    "float | None": (int, float, type(None)),
     "tuple[str, ...]": (list, tuple),
 }
 FIELDS = {f.name: f for f in fields(Config)}
@@ -145,7 +154,11 @@ def validate(raw: dict[str, Any]) -> list[str]:
     merged = {**{name: getattr(DEFAULTS, name) for name in FIELDS}, **raw}
     for name, declared in FIELDS.items():
         bounds, check = declared.metadata.get("bounds"), declared.metadata.get("check")
-        if bounds is not None and (problem := bounds.problem(name, merged[name])):
+        if (
+            bounds is not None
+            and merged[name] is not None
+            and (problem := bounds.problem(name, merged[name]))
+        ):
             problems.append(problem)
         if check is not None:
             try:

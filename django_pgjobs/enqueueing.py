@@ -67,6 +67,7 @@ def _definition_params(definition: JobDefinition) -> dict[str, Any]:
         "priority": definition.priority,
         "run_after": run_after,
         "max_attempts": definition.get_max_attempts(),
+        "timeout": definition.call_timeout,
         "keep_result": definition.keep_result,
         "task_backend": definition.task_backend,
     }
@@ -204,6 +205,7 @@ def enqueue_many(
             "priority": params["priority"],
             "run_after": params["run_after"],
             "max_attempts": params["max_attempts"],
+            "timeout": params["timeout"],
             "keep_result": params["keep_result"],
             "notify": get_config().LISTEN_NOTIFY,
         },
@@ -249,6 +251,7 @@ def _jobs_from_inserted(
         "run_after": run_after,
         "attempts": 0,
         "max_attempts": params["max_attempts"],
+        "timeout": params["timeout"],
         "created_at": created_at,
         "started_at": None,
         "finished_at": None,

@@ -79,3 +79,12 @@ def _truncate(text: str, limit: int) -> str:
     # keep the head (what was raised) and the tail (where), drop the middle
     head = limit // 2
     return f"{text[:head]}\n[... {cut} characters truncated ...]\n{text[-(limit - head) :]}"
+
+
+class JobTimeout(Exception):
+    """A job ran past its timeout (``@job(timeout=...)``, ``.using(timeout=...)`` or
+    ``PGJOBS["DEFAULT_TIMEOUT_SECONDS"]``): a failed attempt, retried or dead-lettered like any
+    other."""
+
+
+JobTimeout.__module__ = "django_pgjobs"  # stored as django_pgjobs.JobTimeout

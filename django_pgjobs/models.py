@@ -52,6 +52,9 @@ class Job(models.Model):
     attempts = models.IntegerField(default=0, help_text="Attempts started (counted at claim).")
     max_attempts = models.IntegerField(default=5)
     unique_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 (NULL: no key)
+    timeout = models.FloatField(
+        null=True, blank=True, help_text="Seconds this job may run (.using(timeout=...))."
+    )
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True, help_text="Start of the last claim.")
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -172,6 +175,9 @@ class DeadLetter(models.Model):
     attempts = models.IntegerField(default=0)
     max_attempts = models.IntegerField(default=1)
     unique_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 (NULL: no key)
+    timeout = models.FloatField(
+        null=True, blank=True, help_text="Seconds this job may run (.using(timeout=...))."
+    )
     reason = models.TextField(help_text="Why the job was dead-lettered, in one sentence.")
     error_type = models.CharField(max_length=ERROR_TYPE_MAX, blank=True, default="")
     errors = models.JSONField(default=list)

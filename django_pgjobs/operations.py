@@ -51,8 +51,10 @@ class ClaimedJob:
     run_after: datetime
     created_at: datetime
     claim_token: uuid.UUID
+    timeout: float | None = None  # the row's; the worker puts the effective one here
     lease_seconds: float = 0.0
     keep_result: bool = False
+    deadline: float | None = None  # monotonic time its timeout ends (set when it starts)
     task_backend: str = ""  # the django.tasks backend alias of a task row; "" for a native job
 
     @property
@@ -70,9 +72,10 @@ def claim_jobs(
     worker: str,
     queues: Sequence[str] | None,
     lease_seconds: float,
+    skip_names: Sequence[str] | None = None,
 ) -> list[ClaimedJob]:
     """Claim up to ``limit`` due jobs of ``queues`` (all queues when None), skipping paused
-    queues."""
+    queues and jobs named in ``skip_names``."""
     token = uuid.uuid4()
     rows = db.execute(
         connection,
@@ -82,6 +85,8 @@ def claim_jobs(
             "worker": worker,
             "all_queues": queues is None,
             "queues": list(queues or []),
+            "any_name": not skip_names,
+            "skip_names": list(skip_names or []),
             "lease_seconds": lease_seconds,
             "token": token,
         },
@@ -139,6 +144,7 @@ def complete_and_claim_jobs(
     worker: str,
     queues: Sequence[str] | None,
     lease_seconds: float,
+    skip_names: Sequence[str] | None = None,
 ) -> tuple[set[int], list[ClaimedJob]]:
     """``complete_jobs(done)`` and ``claim_jobs(limit=...)`` in one statement (one round trip).
 
@@ -151,6 +157,8 @@ def complete_and_claim_jobs(
             "worker": worker,
             "all_queues": queues is None,
             "queues": list(queues or []),
+            "any_name": not skip_names,
+            "skip_names": skip_names or [],
             "lease_seconds": float(lease_seconds),
             "token": uuid.uuid4(),
         }
@@ -292,6 +300,14 @@ def touch_worker(connection: Connection, worker_id: str, forget_seconds: float) 
 
 def unregister_worker(connection: Connection, worker_id: str) -> None:
     db.execute(connection, "unregister_worker", {"id": worker_id})
+
+
+def cancel_backends(connection: Connection, pids: Sequence[int]) -> int:
+    """Cancel the statements running on the server processes ``pids`` (a timed-out job's
+    executor connections); how many were signalled."""
+    if not pids:
+        return 0
+    return db.execute(connection, "cancel_backends", {"pids": list(pids)})[0]["cancelled"]
 
 
 def terminate_backends(connection: Connection, pids: Sequence[int]) -> int:

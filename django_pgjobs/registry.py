@@ -47,25 +47,38 @@ class JobAlreadyRegistered(ValueError):
 
 
 class AsyncJobsNotSupported(TypeError):
-    """An ``async def``, generator or async generator function given to ``@job``, or a job
-    whose call returned a coroutine, awaitable or generator instead of running its work."""
+    """A generator or async generator function given to ``@job``, or a plain ``def`` job whose
+    call returned a coroutine, awaitable or generator instead of running its work."""
+
+
+def is_async_callable(func: Callable[..., Any]) -> bool:
+    """True for an ``async def`` function (also behind ``functools.partial``) or an object whose
+    ``__call__`` is one: the worker awaits those on its event loop."""
+    while isinstance(func, functools.partial):
+        func = func.func
+    if inspect.iscoroutinefunction(func):
+        return True
+    return not inspect.isroutine(func) and inspect.iscoroutinefunction(type(func).__call__)
 
 
 def check_runs_when_called(func: Callable[..., Any], name: str) -> None:
-    """Refuse functions whose call returns before their body ran (coroutines, generators).
+    """Refuse functions whose call returns before their body ran (generators).
 
-    A worker calls a job and counts the return as done: ``async def`` would return an unawaited
-    coroutine and a generator function an unstarted generator, both without running a line.
+    A worker calls a job and counts the return as done: a generator function would return an
+    unstarted generator, an async generator function an unstarted async generator, both without
+    running a line. ``async def`` functions are accepted: the worker awaits them.
     """
     candidates = [func]
     if not inspect.isroutine(func) and not isinstance(func, functools.partial):
-        candidates.append(type(func).__call__)  # an instance whose __call__ is async
+        candidates.append(type(func).__call__)  # an instance whose __call__ is one
     for candidate in candidates:
-        if inspect.iscoroutinefunction(candidate) or inspect.isasyncgenfunction(candidate):
+        while isinstance(candidate, functools.partial):
+            candidate = candidate.func
+        if inspect.isasyncgenfunction(candidate):
             raise AsyncJobsNotSupported(
-                f"{name} is an async function: async jobs are not supported yet (a worker would "
-                "count it as done without running it). Make it a plain def, calling async code "
-                "with asgiref.sync.async_to_sync or asyncio.run."
+                f"{name} is an async generator function: calling it runs nothing until "
+                "iterated, so a worker would count it as done without running it. Make it an "
+                "async def that consumes the generator (async for ...)."
             )
         if inspect.isgeneratorfunction(candidate):
             raise AsyncJobsNotSupported(
@@ -76,7 +89,8 @@ def check_runs_when_called(func: Callable[..., Any], name: str) -> None:
 
 
 def check_ran(result: Any, name: str) -> Any:
-    """Raise when a job's call returned work still to be done instead of doing it."""
+    """Raise when a plain ``def`` job's call returned work still to be done instead of doing
+    it."""
     if inspect.iscoroutine(result) or inspect.isgenerator(result):
         result.close()  # nothing will run it: no "was never awaited" warning
     elif inspect.isasyncgen(result):
@@ -85,9 +99,9 @@ def check_ran(result: Any, name: str) -> Any:
         return result
     kind = type(result).__name__
     raise AsyncJobsNotSupported(
-        f"{name} returned a {kind} instead of running: async jobs are not supported yet, "
-        "so its body did not run. Run the async code inside the job (asgiref.sync."
-        "async_to_sync or asyncio.run)."
+        f"{name} returned a {kind} instead of running: it is a plain def, so the worker does "
+        "not await what it returns and its body did not run. Make it an async def (the worker "
+        "awaits it) or await the async code inside it."
     )
 
 
@@ -110,10 +124,12 @@ class JobDefinition:
     keep_result: bool = False
     retry_on: tuple[type[BaseException], ...] | None = None
     discard_on: tuple[type[BaseException], ...] = ()
+    timeout: float | None = None
     # per-call options set by .using(); not part of the registered definition
     run_after: datetime | None = None
     delay: float | None = None
     fixed_unique_key: str | None = None
+    call_timeout: float | None = None  # stored on the job row (its timeout column)
     # the django.tasks backend alias of a task (``task_rows.TaskDefinition``); "" for @job
     task_backend: str = ""
 
@@ -127,6 +143,16 @@ class JobDefinition:
             check_positive_seconds("lease_seconds", self.lease_seconds)
         if self.atomic is not None and not isinstance(self.atomic, bool):
             raise ValueError(f"atomic must be True or False, not {self.atomic!r}")
+        if self.atomic and self.is_async:
+            raise ValueError(
+                f"{self.name}: atomic=True is not available for async def jobs: their ORM calls "
+                "run on another thread than the one that would hold the transaction, so the job's "
+                "writes and its completion cannot commit together. Drop atomic=True, or make it "
+                "a plain def job."
+            )
+        for option in ("timeout", "call_timeout"):
+            if getattr(self, option) is not None:
+                check_positive_seconds("timeout", getattr(self, option))
         if self.retry is not None and not isinstance(self.retry, RetryPolicy):
             raise ValueError("retry must be a django_pgjobs.RetryPolicy")
         if self.unique_key is not None and not callable(self.unique_key):
@@ -151,9 +177,15 @@ class JobDefinition:
         return self.func(*args, **kwargs)
 
     def run(self, args: list, kwargs: dict) -> Any:
-        """Call the function as a worker does: a coroutine or generator returned instead of
-        the work done raises ``AsyncJobsNotSupported`` (a failed attempt, never a success)."""
+        """Call a plain ``def`` job's function as a worker does: a coroutine or generator
+        returned instead of the work done raises ``AsyncJobsNotSupported`` (a failed attempt,
+        never a success)."""
         return check_ran(self.func(*args, **kwargs), self.name)
+
+    @functools.cached_property
+    def is_async(self) -> bool:
+        """An ``async def`` job: the worker awaits it on its event loop."""
+        return is_async_callable(self.func)
 
     # Everything below reads settings when called (definitions are created at import time,
     # settings may change in tests); get_config() is cached.
@@ -165,7 +197,19 @@ class JobDefinition:
         return self.max_attempts or get_config().DEFAULT_MAX_ATTEMPTS
 
     def is_atomic(self) -> bool:
+        if self.is_async:
+            return False  # DEFAULT_ATOMIC does not apply to async jobs (see __post_init__)
         return get_config().DEFAULT_ATOMIC if self.atomic is None else self.atomic
+
+    def get_timeout(self) -> float | None:
+        """Seconds a call may run: ``.using(timeout=...)``, else ``@job(timeout=...)``, else
+        ``PGJOBS["DEFAULT_TIMEOUT_SECONDS"]``; None: no limit. (A worker reads the per-call
+        value from the job's row.)"""
+        if self.call_timeout is not None:
+            return self.call_timeout
+        if self.timeout is not None:
+            return self.timeout
+        return get_config().DEFAULT_TIMEOUT_SECONDS
 
     def get_lease_seconds(self) -> float:
         return self.lease_seconds or get_config().LEASE_SECONDS
@@ -183,11 +227,14 @@ class JobDefinition:
         unique_key: str | None = None,
         max_attempts: int | None = None,
         keep_result: bool | None = None,
+        timeout: float | None = None,
     ) -> JobDefinition:
         """A copy with per-call options (the ``django.tasks`` idiom)."""
         changes: dict[str, Any] = {}
         if keep_result is not None:
             changes["keep_result"] = keep_result
+        if timeout is not None:
+            changes["call_timeout"] = timeout
         if queue is not None:
             changes["queue"] = queue
         if priority is not None:
@@ -256,6 +303,7 @@ def job(
     keep_result: bool = False,
     retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
     discard_on: type[BaseException] | tuple[type[BaseException], ...] = (),
+    timeout: float | None = None,
 ):
     """Register a function as a job; usable bare (``@job``) or with options (``@job(...)``).
 
@@ -266,7 +314,9 @@ def job(
     second job with the same key is not enqueued while the first is ready or running),
     ``keep_result`` (keep the JSON return value, read with ``get_result``), ``retry_on`` (only
     these exception classes are retried; others dead-letter at once), ``discard_on`` (these
-    dead-letter at once).
+    dead-letter at once), ``timeout`` (seconds a call may run before it counts as a failed
+    attempt, ``JobTimeout``). ``async def`` functions are awaited by the worker on its event
+    loop (``atomic=True`` is refused for them); generator functions are refused.
     """
 
     def register(f: Callable[..., Any]) -> JobDefinition:
@@ -294,6 +344,7 @@ def job(
             keep_result=keep_result,
             retry_on=retry_on,
             discard_on=discard_on,
+            timeout=timeout,
         )
         existing = _REGISTRY.get(job_name)
         if existing is not None and not _same_function(existing.func, f):

@@ -101,9 +101,12 @@ PGJOBS = {
     "HEARTBEAT_SECONDS": float(os.environ.get("PGJOBS_HEARTBEAT_SECONDS", "10")),
     "RESCUE_INTERVAL_SECONDS": float(os.environ.get("PGJOBS_RESCUE_INTERVAL_SECONDS", "15")),
     "REDACT_KEYS": ["password", "token"],
+    "MAX_STUCK_THREADS": int(os.environ.get("PGJOBS_MAX_STUCK_THREADS", "4")),
     # The examples of docs/howto/handlers.md, one module per section.
     "JOB_MODULES": [
         "testproject.handlers.basics",
+        "testproject.handlers.async_jobs",
+        "testproject.handlers.timeouts",
         "testproject.handlers.results",
         "testproject.handlers.retries",
     ],

@@ -71,7 +71,14 @@ def test_invalid_settings_are_reported_by_check_e002(pgjobs, fragment):
             get_config()
 
 
-WRONG_TYPE = {"str": 1.5, "int": "1", "bool": "yes", "float": "1", "tuple[str, ...]": "a,b"}
+WRONG_TYPE = {
+    "str": 1.5,
+    "int": "1",
+    "bool": "yes",
+    "float": "1",
+    "float | None": "1",
+    "tuple[str, ...]": "a,b",
+}
 
 
 @pytest.mark.parametrize("declared", fields(Config), ids=lambda declared: declared.name)

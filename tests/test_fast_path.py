@@ -123,6 +123,8 @@ def test_the_combined_statement_claims_through_the_partial_index(name):
         "limit": 10,
         "worker": "w",
         "all_queues": True,
+        "any_name": True,
+        "skip_names": [],
         "queues": [],
         "lease_seconds": 30.0,
         "token": uuid.uuid4(),

@@ -44,10 +44,7 @@ class GeneratorCallable:
 @pytest.mark.parametrize(
     "func, fragment",
     [
-        (async_job, "async jobs are not supported yet"),
-        (async_generator_job, "async jobs are not supported yet"),
-        (functools.partial(async_job, 1), "async jobs are not supported yet"),
-        (AsyncCallable(), "async jobs are not supported yet"),
+        (async_generator_job, "is an async generator function"),
         (generator_job, "is a generator function"),
         (GeneratorCallable(), "is a generator function"),
     ],
@@ -60,11 +57,22 @@ def test_job_refuses_functions_whose_call_does_not_run_them(func, fragment):
     assert registered() == before
 
 
-def test_job_refuses_async_functions_bare_and_with_options():
-    with pytest.raises(AsyncJobsNotSupported, match="async_job is an async function"):
-        job(async_job)
-    with pytest.raises(AsyncJobsNotSupported):
-        job(queue="emails")(async_job)
+@pytest.mark.parametrize(
+    "func",
+    [async_job, functools.partial(async_job, 1), AsyncCallable()],
+    ids=["async def", "partial", "async __call__"],
+)
+def test_job_accepts_async_functions_and_knows_they_are_async(func, request):
+    definition = job(name=f"accepted.async.{request.node.callspec.id}".replace(" ", "-"))(func)
+    assert definition.is_async
+    assert not definition.is_atomic()
+
+
+def test_atomic_async_jobs_are_refused_at_definition():
+    before = registered()
+    with pytest.raises(ValueError, match="atomic=True is not available for async def jobs"):
+        job(name="refused.atomic.async", atomic=True)(async_job)
+    assert registered() == before
 
 
 def test_plain_callables_are_still_accepted():
@@ -100,7 +108,7 @@ def test_runjobs_never_reports_an_unawaited_coroutine_as_succeeded(start_worker)
     assert "succeeded=1" in output, output
     dead = DeadLetter.objects.get()
     assert dead.job_id == enqueued.pk and dead.attempts == 1
-    assert "async jobs are not supported yet" in dead.reason
+    assert "it is a plain def, so the worker does not await" in dead.reason
     assert not Job.objects.exists()
     assert list(Execution.objects.values_list("label", flat=True)) == ["bystander"]
 
@@ -128,3 +136,18 @@ def test_unique_keys_postgresql_cannot_store_raise_value_error_naming_the_option
     with pytest.raises(ValueError, match="unique_key"):
         keyed.enqueue()
     assert not Job.objects.exists()
+
+
+def test_timeout_comes_from_the_call_then_the_job_then_the_setting(settings):
+    plain = job(name="timeouts.precedence.plain")(lambda: None)
+    timed = job(name="timeouts.precedence.timed", timeout=2)(lambda: None)
+    assert plain.get_timeout() is None  # none by default
+    settings.PGJOBS = {**settings.PGJOBS, "DEFAULT_TIMEOUT_SECONDS": 30}
+    assert plain.get_timeout() == 30
+    assert timed.get_timeout() == 2
+    assert timed.using(timeout=0.5).get_timeout() == 0.5
+    for bad in (0, -1, "1", float("inf")):
+        with pytest.raises(ValueError, match="timeout"):
+            timed.using(timeout=bad)
+        with pytest.raises(ValueError, match="timeout"):
+            job(name="timeouts.precedence.bad", timeout=bad)(lambda: None)

@@ -62,6 +62,23 @@ def test_lease_heartbeat_extends_the_leases_of_the_held_jobs_only():
     assert lease_left(released.id) < 3
 
 
+def test_lease_heartbeat_does_not_extend_a_job_past_its_timeout():
+    for label in ("within", "past", "no timeout"):
+        demo.record.enqueue(label)
+    worker = Worker(listen=False, install_signal_handlers=False)
+    within, past, untimed = claim(worker, 3)
+    now = time.monotonic()
+    within.timeout, within.deadline = 60.0, now + 60
+    past.timeout, past.deadline = 1.0, now - 0.5
+    Job.objects.update(lease_expires_at=timezone.now() + dt.timedelta(seconds=2))
+
+    LeaseHeartbeat(worker).run_once()
+
+    assert lease_left(within.id) > 50
+    assert lease_left(untimed.id) > 50
+    assert lease_left(past.id) < 3  # left to run out
+
+
 def test_lease_heartbeat_warns_about_a_lease_taken_elsewhere(caplog):
     demo.record.enqueue("x")
     worker = Worker(listen=False, install_signal_handlers=False)

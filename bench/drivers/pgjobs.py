@@ -23,6 +23,7 @@ def main(argv: list[str]) -> None:
             "--concurrency": "--concurrency",
             "--batch": "--batch-size",
             "--prefetch": "--prefetch",
+            "--async-concurrency": "--async-concurrency",
         }
         args = list(rest)
         options = []
@@ -59,6 +60,11 @@ def main(argv: list[str]) -> None:
         n = int(rest[0])
         common.timed_bulk(
             lambda: jobs.nap.enqueue_many([(common.sleep_seconds(i),) for i in range(n)])
+        )
+    elif command == "bulk-sleep-async":
+        n = int(rest[0])
+        common.timed_bulk(
+            lambda: jobs.async_nap.enqueue_many([(common.sleep_seconds(i),) for i in range(n)])
         )
     elif command == "latency":
         common.latency_loop(int(rest[0]), float(rest[1]), jobs.timed.enqueue)

@@ -10,11 +10,11 @@
 -- transaction into one.
 WITH inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
-                            max_attempts, unique_key, created_at, worker, errors, keep_result,
-                            task_backend)
+                            max_attempts, unique_key, timeout, created_at, worker, errors,
+                            keep_result, task_backend)
     VALUES (%(name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb, 'ready',
             COALESCE(%(run_after)s::timestamptz, now()), 0, %(max_attempts)s, %(unique_key)s,
-            now(), '', '[]'::jsonb, %(keep_result)s::boolean,
+            %(timeout)s::float8, now(), '', '[]'::jsonb, %(keep_result)s::boolean,
             %(task_backend)s)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
     DO NOTHING
@@ -34,10 +34,11 @@ FROM inserted;
 -- job of the statement shares (one row instead of two timestamps per job to decode).
 WITH inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
-                            max_attempts, unique_key, created_at, worker, errors, keep_result)
+                            max_attempts, unique_key, timeout, created_at, worker, errors,
+                            keep_result)
     SELECT %(name)s::text, %(queue)s::text, %(priority)s::smallint, a, k, 'ready',
-           COALESCE(%(run_after)s::timestamptz, now()), 0, %(max_attempts)s::int, u, now(), '',
-           '[]'::jsonb, %(keep_result)s::boolean
+           COALESCE(%(run_after)s::timestamptz, now()), 0, %(max_attempts)s::int, u,
+           %(timeout)s::float8, now(), '', '[]'::jsonb, %(keep_result)s::boolean
     FROM unnest(%(args)s::jsonb[], %(kwargs)s::jsonb[], %(unique_keys)s::text[]) AS rows(a, k, u)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
     DO NOTHING
@@ -69,13 +70,15 @@ WHERE unique_key = %(unique_key)s AND status IN ('ready', 'running');
 -- name: claim_jobs
 -- Claim up to `limit` due jobs for one worker, in one statement: the partial claim index in
 -- claim order, SKIP LOCKED so workers never wait for each other, attempt counted and fencing
--- token stamped at claim time. Why each part: docs/explanation/claim.md.
+-- token stamped at claim time. `skip_names`: job names not wanted now (a worker whose sync or
+-- async slots are full skips that kind's names). Why each part: docs/explanation/claim.md.
 WITH candidates AS (
     SELECT id
     FROM pgjobs_job
     WHERE status = 'ready'
       AND run_after <= now()
       AND (%(all_queues)s OR queue = ANY(%(queues)s::text[]))
+      AND (%(any_name)s OR name <> ALL(%(skip_names)s::text[]))
       AND queue NOT IN (SELECT name FROM pgjobs_queue WHERE paused)
     ORDER BY priority DESC, run_after, id
     LIMIT %(limit)s::int
@@ -92,6 +95,7 @@ SET status = 'running',
 FROM candidates
 WHERE j.id = candidates.id
 RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempts, j.max_attempts,
+          j.timeout,
           j.task_backend,
           extract(epoch FROM j.run_after)::float8 AS run_after,
           extract(epoch FROM j.created_at)::float8 AS created_at, j.keep_result;
@@ -143,7 +147,7 @@ WITH completed AS ({{complete_jobs_retained}}),
 claimed AS ({{claim_jobs}})
 SELECT claimed.*, NULL::bigint[] AS completed FROM claimed
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        ARRAY(SELECT id FROM completed);
 
 -- name: retry_job
@@ -172,9 +176,9 @@ WITH moved AS (
 -- Insert the rows of the CTE `moved` (deleted pgjobs_job rows plus `reason`, `error_type` and
 -- `error`, a one-element jsonb array appended to their errors) into pgjobs_deadletter.
 INSERT INTO pgjobs_deadletter (job_id, name, queue, priority, args, kwargs, attempts,
-                               max_attempts, unique_key, reason, error_type, errors,
+                               max_attempts, unique_key, timeout, reason, error_type, errors,
                                created_at, started_at, failed_at, keep_result, task_backend)
-SELECT id, name, queue, priority, args, kwargs, attempts, max_attempts, unique_key,
+SELECT id, name, queue, priority, args, kwargs, attempts, max_attempts, unique_key, timeout,
        reason, error_type, errors || error, created_at, started_at, now(), keep_result,
        task_backend
 FROM moved
@@ -298,6 +302,12 @@ WHERE last_seen_at < now() - %(forget_seconds)s * interval '1 second'
 -- Remove a worker from the registry when it stops.
 DELETE FROM pgjobs_worker WHERE id = %(id)s;
 
+-- name: cancel_backends
+-- Cancel the statement a timed-out job is running (its executor's connections, `pids`), so a
+-- job stuck in a query returns; the session stays. Returns how many were signalled.
+SELECT count(*) FILTER (WHERE pg_cancel_backend(pid)) AS cancelled
+FROM unnest(%(pids)s::int[]) AS pid;
+
 -- name: terminate_backends
 -- End the server processes of jobs a stopping worker abandons (their statements and locks go
 -- with them); `pids` are the worker's own executor connections. Returns how many were ended.
@@ -338,10 +348,10 @@ moved AS (
 ),
 inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
-                            max_attempts, unique_key, created_at, worker, errors, keep_result,
-                            task_backend)
+                            max_attempts, unique_key, timeout, created_at, worker, errors,
+                            keep_result, task_backend)
     SELECT name, queue, priority, args, kwargs, 'ready', now(), 0, max_attempts, unique_key,
-           now(), '', errors, keep_result, task_backend
+           timeout, now(), '', errors, keep_result, task_backend
     FROM moved
     RETURNING id, queue
 ),

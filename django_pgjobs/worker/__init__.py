@@ -2,7 +2,8 @@
 
 Summary
     One dispatcher thread claims batches sized to free execution slots and hands them to
-    ``concurrency`` executor threads; it acknowledges successes in batches, records failures
+    ``concurrency`` executor threads (``async def`` jobs: to one event loop thread running up to
+    ``async_concurrency`` of them); it acknowledges successes in batches, records failures
     (retry with backoff, or dead letter) and runs the maintenance units (lease heartbeat,
     registry touch, rescue and prune, metrics flush). A listener thread (when ``LISTEN_NOTIFY``
     is on) wakes it as soon as a job is enqueued. ``docs/explanation/worker.md`` walks through
@@ -13,7 +14,8 @@ Usage
     ``run()`` in-process with ``burst=True``; ``runjobs`` is a thin shell over it.
 
 Options (defaults)
-    ``queues`` (None: all), ``concurrency`` (1; ``runjobs``: 4), ``batch_size`` (max jobs per
+    ``queues`` (None: all), ``concurrency`` (1; ``runjobs``: 4), ``async_concurrency`` (None:
+    ``PGJOBS["ASYNC_CONCURRENCY"]``), ``batch_size`` (max jobs per
     claim, None: ``holding.MAX_HELD``), ``prefetch`` (jobs claimed beyond free slots, None:
     adaptive, see ``holding.py``), ``burst`` (False), ``max_jobs`` (None),
     ``poll_interval``/``shutdown_grace``/``listen`` (from settings), ``stats_interval`` (60 s).
@@ -26,6 +28,9 @@ Thread ownership
     - Each executor thread owns its thread-local connections (``ExecutorConnections``); the
       dispatcher only reads which job one runs and its server pids, to end abandoned jobs.
     - The listener thread owns its own thread-local connection, in LISTEN.
+    - The event loop thread (``async_executor.py``) owns the async jobs' tasks; their ORM
+      queries run on asgiref's one sync thread, whose connections get an executor's hygiene.
+      The dispatcher reads which async jobs run and cancels one through ``cancel_async()``.
     - Everything else crosses threads as messages on ``Worker.events`` (executors and listener
       to dispatcher) and ``(job, definition)`` items on the executor pool's to-do queue
       (dispatcher to executors); a stop request is a ``StopState`` any thread may set.
@@ -38,7 +43,9 @@ Guarantees
     exits 0; a second signal exits within ``FORCED_EXIT_SECONDS``. After every job its
     executor's connections are idle in autocommit with the session Django configured (what a
     job left open fails that job); a connection found dead before a job, or at its first
-    statement, costs no attempt. "Not right now" database errors are waited out.
+    statement, costs no attempt. "Not right now" database errors are waited out. A job past its
+    timeout is a failed attempt at once, its lease no longer extended (``timeouts.py``; exit
+    status 3 at ``MAX_STUCK_THREADS`` stuck threads or a blocked event loop).
 
 Instrumentation
     ``django_pgjobs.signals`` and the ``django_pgjobs.worker`` logger (start-up line, one line

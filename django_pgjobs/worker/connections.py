@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import select
+import threading
 from contextlib import ExitStack
 
 from django.db import connections
@@ -36,6 +37,8 @@ class ExecutorConnections:
         self._used: set[str] = set()  # aliases the job ran statements on
         self._session_changed = False
         self.stale_connection_failed = False
+        self.thread = threading.current_thread()  # the executor's
+        self.retired = False  # its job timed out: the thread exits once the job returns
 
     def observing(self) -> ExitStack:
         """Watch every statement of this thread's connections (see ``_observe``)."""

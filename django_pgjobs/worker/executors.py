@@ -1,4 +1,5 @@
-"""The executor pool: ``concurrency`` threads that run jobs and report how they ended.
+"""The executor pool: ``concurrency`` threads that run jobs and report how they ended, and the
+async executor (``async_executor.py``) for ``async def`` jobs.
 
 Each executor takes ``(job, definition)`` from the to-do queue, runs it on its own thread-local
 connections (made fit before and checked after, see ``connections.py``) and puts the outcome on
@@ -20,6 +21,7 @@ from ..conf import get_config
 from ..context import reset_current_job, set_current_job
 from ..operations import ClaimedJob
 from ..payload import dump_result
+from .async_executor import AsyncExecutor
 from .connections import ExecutorConnections, check_transaction_kept
 from .outcomes import Failed, HandBack, LeaseLost, LostLease, Succeeded, send
 
@@ -33,26 +35,62 @@ class ExecutorPool:
         self.todo: queue_module.Queue = queue_module.Queue()  # dispatcher puts, executors take
         self.threads: list[threading.Thread] = []
         self.connections: list[ExecutorConnections] = []  # one per executor thread
+        self.async_executor = AsyncExecutor(worker)  # its thread starts with the first async job
         self.max_result_bytes = get_config().MAX_PAYLOAD_BYTES  # kept results: as arguments
 
     def start(self) -> None:
-        for index in range(self.worker.concurrency):
-            thread = threading.Thread(
-                target=self._executor, name=f"pgjobs-executor-{index}", daemon=True
-            )
-            thread.start()
-            self.threads.append(thread)
+        for _ in range(self.worker.concurrency):
+            self._start_thread()
+
+    def _start_thread(self) -> None:
+        thread = threading.Thread(
+            target=self._executor, name=f"pgjobs-executor-{len(self.threads)}", daemon=True
+        )
+        thread.start()
+        self.threads.append(thread)
+
+    def all_threads(self) -> list[threading.Thread]:
+        """The threads a stopping worker waits for: not those stuck in a timed-out job."""
+        stuck = {executor.thread for executor in self.connections if executor.retired}
+        loop = self.async_executor.thread
+        threads = [thread for thread in self.threads if thread not in stuck]
+        return threads + ([loop] if loop is not None else [])
 
     def submit(self, job: ClaimedJob, definition: registry.JobDefinition) -> None:
-        self.todo.put((job, definition))
+        if definition.is_async:
+            self.async_executor.submit(job, definition)
+        else:
+            self.todo.put((job, definition))
+
+    def cancel_async(self, job: ClaimedJob, error: BaseException) -> bool:
+        """(Dispatcher.) True when ``job`` was a running async job and its task has been
+        cancelled: its outcome will then be ``Failed(job, error, ...)`` (its own outcome if it
+        finished before the cancellation reached it)."""
+        return self.async_executor.started and self.async_executor.cancel(job, error)
+
+    def retire(self, job: ClaimedJob) -> ExecutorConnections | None:
+        """(Dispatcher.) The executor thread running ``job`` no longer counts as a slot: it
+        exits once the job returns, and a new thread takes its place. Returns that executor."""
+        # forget the retired executors whose thread has ended (removed one by one: executor
+        # threads append to this list)
+        for ended in [e for e in self.connections if e.retired and not e.thread.is_alive()]:
+            self.connections.remove(ended)
+        self.threads = [thread for thread in self.threads if thread.is_alive()]
+        for executor in self.connections:
+            if executor.job is job and not executor.retired:
+                executor.retired = True
+                self._start_thread()
+                return executor
+        return None
 
     def waiting(self) -> int:
         """Jobs handed to the pool that no executor has taken yet."""
         return self.todo.qsize()
 
     def take_unstarted(self) -> list[ClaimedJob]:
-        """(Dispatcher.) Empty the to-do queue: the jobs no executor has started."""
-        unstarted = []
+        """(Dispatcher.) Empty the to-do queue: the jobs no executor has started (and the async
+        jobs the loop has not started)."""
+        unstarted = self.async_executor.take_unstarted()
         while True:
             try:
                 item = self.todo.get_nowait()
@@ -70,12 +108,19 @@ class ExecutorPool:
             if job is not None and held.get(job.id) is job:
                 for alias, pids in executor.backend_pids().items():
                     by_alias.setdefault(alias, []).extend(pids)
+        if any(held.get(job_id) is job for job_id, (job, _) in self.async_running()):
+            for alias, pids in self.async_executor.backend_pids().items():
+                by_alias.setdefault(alias, []).extend(pids)
         return by_alias
 
+    def async_running(self) -> list:
+        return list(self.async_executor.running.items())
+
     def close(self) -> None:
-        """Tell every executor to exit once it is idle."""
+        """Tell every executor to exit once it is idle; cancel the async jobs still running."""
         for _ in range(self.worker.concurrency):
             self.todo.put(None)
+        self.async_executor.close()
 
     # -- executor threads -----------------------------------------------------------------------
 
@@ -92,6 +137,8 @@ class ExecutorPool:
                     own.before_job(job)
                     result = self._execute(job, definition)
                     self.worker.events.put(self._settle_connections(own, result))
+                    if own.retired:  # timed out: a new executor has taken this one's place
+                        return
         finally:
             connections.close_all()
 
@@ -112,6 +159,8 @@ class ExecutorPool:
     def _execute(self, job: ClaimedJob, definition: registry.JobDefinition):
         send(signals.job_started, self.worker.sender, job=job)
         started = time.monotonic()
+        if job.timeout is not None:
+            job.deadline = started + job.timeout
         token = set_current_job(job)
         try:
             if definition.is_atomic():
@@ -141,4 +190,5 @@ class ExecutorPool:
         except BaseException as error:  # noqa: B036 - SystemExit from a job is a failure, too
             return Failed(job, error, time.monotonic() - started)
         finally:
+            job.deadline = None  # returned: no longer watched
             reset_current_job(token)

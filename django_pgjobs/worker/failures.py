@@ -40,6 +40,8 @@ class FailurePolicy:
             reason = f"unknown job {job.name!r}: no function is registered under this name"
             return self._refuse(job, "UnknownJob", f"{reason} in this worker", error)
         job.lease_seconds = definition.get_lease_seconds()
+        if job.timeout is None:  # the row's (.using(timeout=...)) comes first
+            job.timeout = definition.get_timeout()
         return definition
 
     def _refuse(self, job: ClaimedJob, error_type: str, reason: str, error: Exception) -> None:

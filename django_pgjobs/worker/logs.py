@@ -14,11 +14,12 @@ logger = logging.getLogger("django_pgjobs.worker")
 def log_start(worker) -> None:
     settings_dict = connections[worker.alias].settings_dict
     logger.info(
-        "worker %s started: queues=%s concurrency=%d batch=%d prefetch=%s database=%s "
+        "worker %s started: queues=%s concurrency=%d async=%s batch=%d prefetch=%s database=%s "
         "(%s@%s:%s/%s) wake=%s",
         worker.id,
         ",".join(worker.queues) if worker.queues else "all",
         worker.concurrency,
+        worker.async_concurrency if worker.slots.enabled else "none",
         worker.batch_size,
         "auto" if worker.adaptive is not None else worker.fixed_prefetch,
         worker.alias,

@@ -34,7 +34,9 @@ from .maintenance import units_for
 from .outcomes import WAKE, Failed, HandBack, LostLease, Stats, Succeeded, one_line, send
 from .ownership import ThreadOwner
 from .shutdown import Shutdown
+from .slots import Slots
 from .stopping import SignalHandlers, StopState
+from .timeouts import Timeouts
 
 logger = logging.getLogger("django_pgjobs.worker")
 
@@ -49,6 +51,7 @@ class Worker:
         *,
         queues: Sequence[str] | None = None,
         concurrency: int = 1,
+        async_concurrency: int | None = None,
         batch_size: int | None = None,
         prefetch: int | None = None,
         burst: bool = False,
@@ -71,10 +74,20 @@ class Worker:
                 continue  # chosen by the worker (holding.py)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{option} must be an int >= {low}, not {value!r}")
+        if async_concurrency is None:
+            async_concurrency = config.ASYNC_CONCURRENCY
+        if (
+            isinstance(async_concurrency, bool)
+            or not isinstance(async_concurrency, int)
+            or async_concurrency < 1
+        ):
+            raise ValueError(f"async_concurrency must be an int >= 1, not {async_concurrency!r}")
         if max_jobs is not None and (not isinstance(max_jobs, int) or max_jobs < 1):
             raise ValueError(f"max_jobs must be an int >= 1, not {max_jobs!r}")
         self.queues = queues
         self.concurrency = concurrency
+        self.async_concurrency = async_concurrency
+        self.exit_code = 0  # 3: stopped because too many executor threads were stuck
         self.batch_size = MAX_HELD if batch_size is None else batch_size
         # None: adaptive, from the durations observed (holding.py); a number: fixed.
         self.adaptive = AdaptivePrefetch() if prefetch is None else None
@@ -122,6 +135,8 @@ class Worker:
         self.acks = Acknowledgements(self)
         self.failures = FailurePolicy(self)
         self.executors = ExecutorPool(self)
+        self.slots = Slots(self, async_concurrency)
+        self.timeouts = Timeouts(self)
         self.listener = Listener(self) if self.listen else None
         self.shutdown = Shutdown(self)
         self.signal_handlers = SignalHandlers(self)
@@ -150,11 +165,12 @@ class Worker:
 
     def threads(self) -> list[threading.Thread]:
         listener = [self.listener.thread] if self.listener else []
-        return self.executors.threads + listener
+        return self.executors.all_threads() + listener
 
     # -- main loop ------------------------------------------------------------------------------
 
     def _run(self) -> int:
+        self.slots.load_names()
         self.executors.start()
         if self.listener:
             self.listener.start()
@@ -167,7 +183,7 @@ class Worker:
                 raise
             self.shutdown.finish(database_down=True)  # stopped before the database came back
             log_stats(self, final=True)
-            return 0
+            return self.exit_code
         units = units_for(self)
         next_stats = time.monotonic() + self.stats_interval
         next_poll = time.monotonic()
@@ -210,7 +226,7 @@ class Worker:
                             if woken
                             else self.poll_interval
                         )
-                    if self.burst and not more_ready and not self.held:
+                    if self.burst and not (more_ready or self.held or self.slots.last_skip):
                         break
                     if self._limit_reached() and not self.held:
                         break
@@ -246,7 +262,7 @@ class Worker:
 
         self.shutdown.finish(database_down)
         log_stats(self, final=True)
-        return 0
+        return self.exit_code
 
     def _claim_due(self, more_ready: bool, next_poll: float) -> bool:
         """Claim now: jobs may be ready (last claim full, woken, or poll due) and it is worth a
@@ -257,7 +273,12 @@ class Worker:
         room = self._capacity()
         if room == 0:
             return False
-        if not (more_ready or self._wake_pending.is_set() or time.monotonic() >= next_poll):
+        if not (
+            more_ready
+            or self._wake_pending.is_set()
+            or time.monotonic() >= next_poll
+            or self.slots.kind_freed()
+        ):
             return False
         return self.executors.waiting() < self.concurrency or room * 2 >= min(
             self.batch_size, self.concurrency + self.prefetch
@@ -271,9 +292,8 @@ class Worker:
         return self.adaptive.prefetch(self.concurrency)
 
     def _capacity(self) -> int:
-        # Finished jobs waiting for their acknowledgement free their slot: the acknowledgement
-        # travels with the next claim.
-        room = self.concurrency + self.prefetch - len(self.held) + len(self.acks)
+        sync_room, async_room = self.slots.rooms()
+        room = sync_room + async_room
         if self.max_jobs is not None:
             room = min(room, self.max_jobs - self.stats.claimed)
         return max(room, 0)
@@ -296,17 +316,18 @@ class Worker:
             worker=self.id,
             queues=self.queues,
             lease_seconds=self.lease_seconds,
+            skip_names=self.slots.claim_skips(),
         )
         self.acks.sent(acks, done)
         full = len(jobs) == limit
-        free_slots = self.concurrency - len(self.held)
+        free_slots = self.concurrency - len(self.held) + len(self.slots.async_held)
         runnable = []
         for job in jobs:
             self.held[job.id] = job
             definition = self.failures.admit(job)
             if definition is not None:
                 runnable.append((job, definition))
-        surplus = self._long_beyond_free_slots(runnable, free_slots)
+        surplus = self.slots.beyond_free(runnable, free_slots)
         # jobs handed back are ready again: a burst worker must not take this claim as the end
         full = full or bool(surplus)
         counted = [job for job in jobs if job.id not in surplus]
@@ -326,22 +347,9 @@ class Worker:
             # lost connection goes on to the main loop's reconnect), the jobs held run, on the
             # worker's lease until the next heartbeat gives them their own.
             for job, definition in runnable:
+                self.slots.started(job, definition)
                 self.executors.submit(job, definition)
         return full
-
-    def _long_beyond_free_slots(self, runnable: list, free_slots: int) -> dict[int, ClaimedJob]:
-        """Adaptive prefetch: a long (or not yet seen) job is kept only for a free executor;
-        the ones beyond are to go back at once for another worker to start."""
-        if self.adaptive is None:
-            return {}
-        surplus = {}
-        for job, _ in runnable:
-            self.adaptive.claimed(job.name)
-            if self.adaptive.is_long(job.name) and free_slots <= 0:
-                surplus[job.id] = job
-            else:
-                free_slots -= 1
-        return surplus
 
     def _hand_back(self, jobs: list[ClaimedJob]) -> None:
         """Give claimed jobs back, attempt not spent (one statement)."""
@@ -368,6 +376,8 @@ class Worker:
         self.owner.check()
         if item is WAKE:
             return
+        if self.timeouts.outcome_dropped(item):
+            return
         if isinstance(item, (Succeeded, Failed)) and self.adaptive is not None:
             self.adaptive.observe(item.job.name, item.duration)
         if isinstance(item, Succeeded):
@@ -377,6 +387,7 @@ class Worker:
                 self.stats.succeeded += 1
                 self.metrics.succeeded(item.job)
             else:
+                self.slots.done(item.job)
                 self.acks.add(item.job, item.result)
         elif isinstance(item, Failed):
             self.failures.record_failure(item.job, item.error)
@@ -404,6 +415,7 @@ class Worker:
         heartbeat)."""
         if self.held.get(job.id) is job:
             del self.held[job.id]
+            self.slots.done(job)
 
     def _register(self) -> None:
         operations.register_worker(

@@ -59,7 +59,10 @@ class OnHeartbeat(MaintenanceUnit):
 class LeaseHeartbeat(OnHeartbeat):
     def run_once(self) -> None:
         held = self.worker.held
-        jobs = list(held.values())
+        now = time.monotonic()
+        # a job past its timeout is not extended: its lease runs out even if the dispatcher
+        # has not recorded the timeout yet (timeouts.py)
+        jobs = [job for job in held.values() if job.deadline is None or job.deadline > now]
         if not jobs:
             return
         kept = operations.extend_leases(self.worker.db.connection(), jobs)
@@ -103,5 +106,12 @@ class Rescuer(MaintenanceUnit):
 
 
 def units_for(worker) -> list[MaintenanceUnit]:
-    """The dispatcher's units, in the order they run within a turn."""
-    return [MetricsFlush(worker), LeaseHeartbeat(worker), RegistryTouch(worker), Rescuer(worker)]
+    """The dispatcher's units, in the order they run within a turn (the timeout watch is
+    ``worker.timeouts``, see ``timeouts.py``)."""
+    return [
+        worker.timeouts,
+        MetricsFlush(worker),
+        LeaseHeartbeat(worker),
+        RegistryTouch(worker),
+        Rescuer(worker),
+    ]

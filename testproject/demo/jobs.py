@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 
+from asgiref.sync import sync_to_async
 from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -172,3 +174,35 @@ def record_times(label: str, fail_first: bool = False) -> None:
     _record(f"{label} waited>=0:{waited.total_seconds() >= 0} late>=0:{late.total_seconds() >= 0}")
     if fail_first and running.attempts == 1:
         raise RuntimeError(f"{label}: the first attempt fails")
+
+
+@job
+async def record_async(label: str, sleep: float = 0.0) -> None:
+    """``record`` as an async def job: its execution row written through the async ORM."""
+    if sleep:
+        await asyncio.sleep(sleep)
+    await sync_to_async(_record)(label)
+
+
+@job(max_attempts=1)
+async def leave_transaction_open_async(label: str) -> None:
+    """Turns autocommit off on the async ORM's connection and returns without a commit."""
+
+    def write() -> None:
+        transaction.set_autocommit(False)
+        _record(label)
+
+    await sync_to_async(write)()
+
+
+@job(max_attempts=1, timeout=1)
+async def block_the_loop(seconds: float) -> None:
+    """A blocking call inside an async def: the worker's event loop stops."""
+    time.sleep(seconds)
+
+
+@job(keep_result=True)
+async def add_async(a: int, b: int) -> dict:
+    """An async job that keeps its return value."""
+    await asyncio.sleep(0)
+    return {"sum": a + b}

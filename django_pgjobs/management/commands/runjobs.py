@@ -71,6 +71,13 @@ class Command(BaseCommand):
             help=f"Execution slots (threads) of this worker. Default: {DEFAULT_CONCURRENCY}.",
         )
         parser.add_argument(
+            "--async-concurrency",
+            type=_positive_int,
+            default=None,
+            help="Async def jobs run at once on this worker's event loop "
+            "(PGJOBS['ASYNC_CONCURRENCY'] by default: 32).",
+        )
+        parser.add_argument(
             "--batch-size",
             type=_positive_int,
             default=None,
@@ -126,6 +133,7 @@ class Command(BaseCommand):
             worker = Worker(
                 queues=options["queues"],
                 concurrency=options["concurrency"],
+                async_concurrency=options["async_concurrency"],
                 batch_size=options["batch_size"],
                 prefetch=options["prefetch"],
                 burst=options["burst"],

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_pgjobs", "0005_job_results"),
+        ("django_pgjobs", "0006_job_timeout"),
     ]
 
     operations = [

@@ -1,0 +1,96 @@
+"""The worker's two kinds of execution slots: ``concurrency`` executor threads for plain
+``def`` jobs and ``async_concurrency`` tasks on the event loop for ``async def`` jobs.
+
+The dispatcher claims for the free slots of both kinds in one statement; when one kind is full,
+the claim skips that kind's job names, so long sync jobs at the head of a queue cannot take the
+async slots (nor the reverse) and neither kind starves the other. A worker whose registry has no
+async job has no async slots: its claims are exactly those of a sync-only worker.
+Dispatcher thread only.
+"""
+
+from __future__ import annotations
+
+from .. import registry
+from ..operations import ClaimedJob
+
+
+class Slots:
+    def __init__(self, worker, async_concurrency: int) -> None:
+        self.worker = worker
+        self.async_concurrency = async_concurrency
+        self.async_held: set[int] = set()  # ids of held async jobs not finished yet
+        self.sync_names: list[str] = []
+        self.async_names: list[str] = []
+        self.enabled = False  # any async job registered
+        self.last_skip: list[str] | None = None  # the names the last claim left alone
+
+    def load_names(self) -> None:
+        """(At start, after the job modules are imported.)"""
+        definitions = registry.registered().values()
+        self.async_names = sorted(d.name for d in definitions if d.is_async)
+        self.sync_names = sorted(d.name for d in definitions if not d.is_async)
+        self.enabled = bool(self.async_names)
+
+    def rooms(self) -> tuple[int, int]:
+        """Jobs to claim now: (sync room, async room)."""
+        worker = self.worker
+        held_async = len(self.async_held)
+        # finished jobs waiting for their acknowledgement free their slot: the acknowledgement
+        # travels with the next claim
+        sync_room = worker.concurrency + worker.prefetch - len(worker.held) + held_async
+        sync_room += len(worker.acks)
+        if not self.enabled:
+            return max(sync_room, 0), 0
+        return max(sync_room, 0), max(self.async_concurrency - held_async, 0)
+
+    def skip_names(self, sync_room: int, async_room: int) -> list[str] | None:
+        """The names the next claim leaves alone: those of a kind whose slots are full."""
+        if not self.enabled:
+            return None
+        if sync_room == 0:
+            return self.sync_names
+        if async_room == 0:
+            return self.async_names
+        return None
+
+    def claim_skips(self) -> list[str] | None:
+        """(Before a claim.) The names it leaves alone, remembered for ``kind_freed()``."""
+        self.last_skip = self.skip_names(*self.rooms())
+        return self.last_skip
+
+    def kind_freed(self) -> bool:
+        """The last claim left a kind alone (its jobs may be ready) and that kind has room now:
+        claim again without waiting for the poll."""
+        if self.last_skip is None:
+            return False
+        return self.skip_names(*self.rooms()) is not self.last_skip
+
+    def started(self, job: ClaimedJob, definition: registry.JobDefinition) -> None:
+        if definition.is_async:
+            self.async_held.add(job.id)
+
+    def done(self, job: ClaimedJob) -> None:
+        if self.async_held:
+            self.async_held.discard(job.id)
+
+    def beyond_free(self, runnable: list, free_sync: int) -> dict[int, ClaimedJob]:
+        """Adaptive prefetch: a long (or not yet seen) job is kept only for a free slot of its
+        kind; the ones beyond are to go back at once for another worker to start."""
+        adaptive = self.worker.adaptive
+        if adaptive is None:
+            return {}
+        free_async = self.async_concurrency - len(self.async_held)
+        surplus = {}
+        for job, definition in runnable:
+            if definition.is_async:
+                if adaptive.is_long(job.name) and free_async <= 0:
+                    surplus[job.id] = job
+                else:
+                    free_async -= 1
+                continue
+            adaptive.claimed(job.name)  # the sync mix decides the prefetch
+            if adaptive.is_long(job.name) and free_sync <= 0:
+                surplus[job.id] = job
+            else:
+                free_sync -= 1
+        return surplus

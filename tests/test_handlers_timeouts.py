@@ -1,0 +1,72 @@
+"""docs/howto/handlers.md, "Long-running jobs and timeouts", run by real ``runjobs`` processes."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+from helpers import wait_until
+
+from django_pgjobs.models import DeadLetter, Job
+from testproject.handlers.timeouts import call_slow_api, poll_slow_api, quick_report
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _dead_letter_within(seconds: float) -> DeadLetter:
+    wait_until(DeadLetter.objects.exists, timeout=seconds, interval=0.05)
+    return DeadLetter.objects.get()
+
+
+@pytest.mark.parametrize("handler", [call_slow_api, poll_slow_api], ids=["sync", "async"])
+def test_a_job_past_its_timeout_is_retried_then_dead_lettered(start_worker, handler):
+    handler.enqueue(30)
+    worker = start_worker("--queue", "timeouts", "--concurrency", "2")
+    started = time.monotonic()
+    wait_until(lambda: "started" in worker.output(), timeout=30)
+    # while the slow job runs past its time, the worker keeps running others
+    for index in range(6):
+        quick_report.enqueue(f"bystander-{index}")
+    dead = _dead_letter_within(20)
+    elapsed = time.monotonic() - started
+    assert elapsed < 20
+    assert dead.attempts == 2
+    assert dead.error_type == "django_pgjobs.JobTimeout"
+    assert "timed out after 1 s" in dead.reason
+    assert [e["type"] for e in dead.errors] == ["django_pgjobs.JobTimeout"] * 2
+    assert all(e["message"].startswith("timed out after 1 s") for e in dead.errors)
+    wait_until(lambda: not Job.objects.exists(), timeout=20)  # the bystanders ran
+    assert worker.popen.poll() is None  # still running
+    worker.signal(signal.SIGTERM)
+    # a stuck sync thread does not hold up the exit
+    assert worker.wait(timeout=30) == 0, worker.output()
+
+
+def test_using_timeout_is_stored_on_the_row_and_applies_to_that_call(start_worker):
+    slow = quick_report.using(timeout=0.5)
+    assert slow.enqueue("x").timeout == 0.5
+    assert Job.objects.get().timeout == 0.5
+    Job.objects.all().delete()
+    call_slow_api.using(timeout=0.5, max_attempts=1).enqueue(30)
+    worker = start_worker("--queue", "timeouts")
+    dead = _dead_letter_within(20)
+    assert dead.timeout == 0.5  # copied to the dead letter
+    assert "timed out after 0.5 s" in dead.reason
+    assert "time.sleep(seconds)" in dead.errors[0]["message"]  # where the thread was stuck
+    worker.kill()
+
+
+def test_stuck_threads_reaching_the_limit_stop_the_worker_with_status_3(start_worker):
+    for _ in range(2):
+        call_slow_api.using(max_attempts=1).enqueue(60)
+    worker = start_worker(
+        "--queue",
+        "timeouts",
+        "--concurrency",
+        "2",
+        env={"PGJOBS_MAX_STUCK_THREADS": "2"},
+    )
+    assert worker.wait(timeout=40) == 3, worker.output()
+    assert "stuck in timed-out jobs" in worker.output()
+    assert DeadLetter.objects.count() == 2
