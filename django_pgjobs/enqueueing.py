@@ -69,6 +69,7 @@ def _definition_params(definition: JobDefinition) -> dict[str, Any]:
         "max_attempts": definition.get_max_attempts(),
         "timeout": definition.call_timeout,
         "keep_result": definition.keep_result,
+        "task_backend": definition.task_backend,
     }
 
 
@@ -259,6 +260,7 @@ def _jobs_from_inserted(
         "worker": "",
         "keep_result": params["keep_result"],
         "result": None,
+        "task_backend": params["task_backend"],
     }
     jobs = []
     returned = zip(ids, unique_keys, strict=True)

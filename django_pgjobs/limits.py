@@ -7,6 +7,7 @@ NAME_MAX = 255
 UNIQUE_KEY_MAX = 255
 ERROR_TYPE_MAX = 255
 MAX_ATTEMPTS_MAX = 1000
+TASK_BACKEND_MAX = 100
 #: Longest duration accepted anywhere (leases, delays, retry caps, settings): 10 years. Larger
 #: values would overflow PostgreSQL's timestamp arithmetic in the worker instead of failing early.
 MAX_SECONDS = 10 * 365 * 24 * 3600

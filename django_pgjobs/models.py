@@ -9,7 +9,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-from .limits import ERROR_TYPE_MAX, PRIORITY_MAX, PRIORITY_MIN, QUEUE_NAME_MAX
+from .limits import ERROR_TYPE_MAX, PRIORITY_MAX, PRIORITY_MIN, QUEUE_NAME_MAX, TASK_BACKEND_MAX
 from .states import Status, View
 
 
@@ -80,6 +80,14 @@ class Job(models.Model):
     )
     abort_requested_by = models.CharField(  # noqa: DJ001 (NULL: no abort requested)
         max_length=255, null=True, blank=True, help_text="Who or what requested the abort."
+    )
+    task_backend = models.CharField(
+        max_length=TASK_BACKEND_MAX,
+        blank=True,
+        default="",
+        db_default="",  # statements that do not name it (native jobs) leave it empty
+        help_text="The django.tasks backend alias of a task (name is then the task's module "
+        "path); empty for jobs registered with @job.",
     )
 
     objects = JobQuerySet.as_manager()
@@ -181,6 +189,13 @@ class DeadLetter(models.Model):
     errors = models.JSONField(default=list)
     keep_result = models.BooleanField(
         default=False, db_default=False, help_text="Carried back when requeued."
+    )
+    task_backend = models.CharField(
+        max_length=TASK_BACKEND_MAX,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The django.tasks backend alias of a task; carried back when requeued.",
     )
     created_at = models.DateTimeField(help_text="When the job was first enqueued.")
     started_at = models.DateTimeField(null=True, blank=True)

@@ -59,6 +59,7 @@ class ClaimedJob:
     #: Set (by the worker's dispatcher) once an abort of this job was requested: a handler that
     #: polls it can stop, best by raising ``django_pgjobs.Aborted`` (``raise_if_aborted()``).
     abort_requested: bool = False
+    task_backend: str = ""  # the django.tasks backend alias of a task row; "" for a native job
 
     @property
     def is_last_attempt(self) -> bool:

@@ -130,6 +130,8 @@ class JobDefinition:
     delay: float | None = None
     fixed_unique_key: str | None = None
     call_timeout: float | None = None  # stored on the job row (its timeout column)
+    # the django.tasks backend alias of a task (``task_rows.TaskDefinition``); "" for @job
+    task_backend: str = ""
 
     def __post_init__(self) -> None:
         if self.queue is not None:

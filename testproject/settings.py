@@ -113,10 +113,27 @@ PGJOBS = {
     ],
 }
 
+# django.tasks (Django 6, or the django-tasks backport on Django 5.2) runs on the job queue:
+# docs/howto/django-tasks.md. Quick retries, so the tests see a failing task's attempts.
+TASKS = {
+    "default": {
+        "BACKEND": "django_pgjobs.backend.PgJobsBackend",
+        "QUEUES": ["default", "tasks"],
+        "OPTIONS": {
+            "MAX_ATTEMPTS": 3,
+            "RETRY": {"base_seconds": 0.1, "factor": 1, "jitter": 0},
+        },
+    },
+}
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {"django_pgjobs": {"handlers": ["console"], "level": "INFO"}},
+    "loggers": {
+        "django_pgjobs": {"handlers": ["console"], "level": "INFO"},
+        # the django-tasks backport's logger (Django 6's "django.tasks" goes to "django")
+        "django_tasks": {"handlers": ["console"], "level": "INFO"},
+    },
 }

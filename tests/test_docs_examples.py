@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = ["docs/howto/handlers.md"]
+PAGES = ["docs/howto/handlers.md", "docs/howto/django-tasks.md"]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 NAMED = re.compile(r"#\s*(testproject/\S+\.py)\s*\n")
 

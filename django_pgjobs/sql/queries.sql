@@ -11,10 +11,11 @@
 WITH inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
                             max_attempts, unique_key, timeout, created_at, worker, errors,
-                            keep_result)
+                            keep_result, task_backend)
     VALUES (%(name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb, 'ready',
             COALESCE(%(run_after)s::timestamptz, now()), 0, %(max_attempts)s, %(unique_key)s,
-            %(timeout)s::float8, now(), '', '[]'::jsonb, %(keep_result)s::boolean)
+            %(timeout)s::float8, now(), '', '[]'::jsonb, %(keep_result)s::boolean,
+            %(task_backend)s)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
     DO NOTHING
     RETURNING id, queue, run_after, created_at, unique_key
@@ -95,6 +96,7 @@ FROM candidates
 WHERE j.id = candidates.id
 RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempts, j.max_attempts,
           j.timeout,
+          j.task_backend,
           extract(epoch FROM j.run_after)::float8 AS run_after,
           extract(epoch FROM j.created_at)::float8 AS created_at, j.keep_result,
           j.abort_requested_at IS NOT NULL AS abort_requested;
@@ -146,7 +148,7 @@ WITH completed AS ({{complete_jobs_retained}}),
 claimed AS ({{claim_jobs}})
 SELECT claimed.*, NULL::bigint[] AS completed FROM claimed
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        ARRAY(SELECT id FROM completed);
 
 -- name: retry_job
@@ -195,9 +197,10 @@ WITH moved AS (
 -- `error`, a one-element jsonb array appended to their errors) into pgjobs_deadletter.
 INSERT INTO pgjobs_deadletter (job_id, name, queue, priority, args, kwargs, attempts,
                                max_attempts, unique_key, timeout, reason, error_type, errors,
-                               created_at, started_at, failed_at, keep_result)
+                               created_at, started_at, failed_at, keep_result, task_backend)
 SELECT id, name, queue, priority, args, kwargs, attempts, max_attempts, unique_key, timeout,
-       reason, error_type, errors || error, created_at, started_at, now(), keep_result
+       reason, error_type, errors || error, created_at, started_at, now(), keep_result,
+       task_backend
 FROM moved
 RETURNING id
 
@@ -373,9 +376,9 @@ moved AS (
 inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
                             max_attempts, unique_key, timeout, created_at, worker, errors,
-                            keep_result)
+                            keep_result, task_backend)
     SELECT name, queue, priority, args, kwargs, 'ready', now(), 0, max_attempts, unique_key,
-           timeout, now(), '', errors, keep_result
+           timeout, now(), '', errors, keep_result, task_backend
     FROM moved
     RETURNING id, queue
 ),

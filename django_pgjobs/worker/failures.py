@@ -16,6 +16,7 @@ import logging
 from .. import errors, operations, redaction, registry, signals
 from ..operations import ClaimedJob
 from .decisions import decide
+from .lookup import NotATask, definition_of
 from .outcomes import HandBack, one_line, send
 
 logger = logging.getLogger("django_pgjobs.worker")
@@ -27,35 +28,33 @@ class FailurePolicy:
 
     def admit(self, job: ClaimedJob) -> registry.JobDefinition | None:
         """The definition to run ``job`` with, or None after dead-lettering a job that names no
-        registered function or whose arguments do not fit it."""
-        worker_id = self.worker.id
+        registered function (or, for a task row, no Task) or whose arguments do not fit it."""
         try:
-            definition = registry.get(job.name)
+            definition = definition_of(job)
+            try:
+                definition.check_arguments(job.args, job.kwargs)
+            except TypeError as error:
+                return self._refuse(job, "BadArguments", f"arguments do not fit {job.name}", error)
+        except NotATask as error:
+            return self._refuse(job, "NotATask", "not a task", error)
         except registry.UnknownJobError as error:
-            self.dead_letter(
-                job,
-                reason=f"unknown job {job.name!r}: no function is registered under this name "
-                "in this worker",
-                error=errors.error_entry(
-                    job.attempts, error_type="UnknownJob", message=str(error), worker=worker_id
-                ),
-            )
-            return None
-        try:
-            definition.check_arguments(job.args, job.kwargs)
-        except TypeError as error:
-            self.dead_letter(
-                job,
-                reason=f"arguments do not fit {job.name}: {error}",
-                error=errors.error_entry(
-                    job.attempts, error_type="BadArguments", message=str(error), worker=worker_id
-                ),
-            )
-            return None
+            reason = f"unknown job {job.name!r}: no function is registered under this name"
+            return self._refuse(job, "UnknownJob", f"{reason} in this worker", error)
         job.lease_seconds = definition.get_lease_seconds()
         if job.timeout is None:  # the row's (.using(timeout=...)) comes first
             job.timeout = definition.get_timeout()
         return definition
+
+    def _refuse(self, job: ClaimedJob, error_type: str, reason: str, error: Exception) -> None:
+        """Dead-letter a job this worker cannot run; ``str(error)`` ends the reason, except for
+        an unknown job (its message repeats the name)."""
+        message = str(error)
+        if error_type != "UnknownJob":
+            reason = f"{reason}: {message}"
+        entry = errors.error_entry(
+            job.attempts, error_type=error_type, message=message, worker=self.worker.id
+        )
+        self.dead_letter(job, reason=reason, error=entry)
 
     def record_failure(self, job: ClaimedJob, error: BaseException) -> None:
         worker = self.worker
@@ -68,7 +67,7 @@ class FailurePolicy:
             if not self._bury_aborted(job, entry, summary):
                 worker.stats.lost += 1
             return
-        decision = decide(job, registry.get(job.name), error, summary)
+        decision = decide(job, definition_of(job), error, summary)
         if decision.retry_in is None:
             self.dead_letter(job, reason=decision.reason, error=entry)
             return

@@ -1,0 +1,272 @@
+"""``django.tasks`` backend: ``TASKS = {"default": {"BACKEND": "django_pgjobs.backend.PgJobsBackend"}}``.
+
+Summary
+    ``@task`` functions (Django 6's ``django.tasks``, or the ``django_tasks`` backport on Django
+    5.2) become job rows: ``enqueue()`` is one INSERT on the caller's connection, so inside
+    ``transaction.atomic()`` the task is enqueued exactly when the caller commits and vanishes on
+    rollback (no ``transaction.on_commit`` needed). ``runjobs`` runs them beside ``@job``
+    functions, with leases, retries and dead letters; ``get_result()`` reads the row back.
+
+Usage
+    See ``docs/howto/django-tasks.md``.
+
+Options (``TASKS[alias]["OPTIONS"]``, all optional)
+    ``MAX_ATTEMPTS`` (default ``PGJOBS["DEFAULT_MAX_ATTEMPTS"]``), ``RETRY`` (a dict of
+    ``RetryPolicy`` fields: ``base_seconds``, ``factor``, ``cap_seconds``, ``jitter``; default
+    ``PGJOBS["RETRY_*"]``), ``LEASE_SECONDS`` (default ``PGJOBS["LEASE_SECONDS"]``), ``ATOMIC``
+    (run the task and its completion in one transaction; default ``PGJOBS["DEFAULT_ATOMIC"]``).
+    ``QUEUES`` (beside ``OPTIONS``) lists the queue names tasks may use, as Django says.
+    Results are kept ``PGJOBS["KEEP_RESULTS_SECONDS"]`` after a task succeeds; a failed task is
+    a dead letter, kept until an operator deletes it.
+
+Instrumentation
+    Django's ``task_enqueued`` (sent by ``enqueue()``), ``task_started`` and ``task_finished``
+    (sent by the worker around each attempt) and the ``django.tasks`` logger, plus this
+    project's own signals and logs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.core.exceptions import ImproperlyConfigured
+
+from . import results
+from . import taskframework as tf
+from .backoff import RetryPolicy
+from .registry import JobDefinition
+from .task_rows import NotATask, TaskDefinition, find_task
+from .validation import check_max_attempts, check_positive_seconds, check_queue
+
+if not tf.AVAILABLE:
+    raise ImportError(
+        "django_pgjobs.backend needs the Tasks framework: Django 6 (django.tasks), or on Django "
+        '5.2 the backport: pip install "django-pgjobs[tasks]"'
+    )
+
+__all__ = ["PgJobsBackend", "definition_for_row"]
+
+OPTION_NAMES = ("MAX_ATTEMPTS", "RETRY", "LEASE_SECONDS", "ATOMIC")
+
+_STATUSES = {
+    "ready": tf.TaskResultStatus.READY,
+    "running": tf.TaskResultStatus.RUNNING,
+    "successful": tf.TaskResultStatus.SUCCESSFUL,
+    "failed": tf.TaskResultStatus.FAILED,
+}
+
+
+class PgJobsBackend(tf.BaseTaskBackend):
+    supports_defer = True
+    supports_priority = True
+    supports_get_result = True
+    supports_async_task = True
+
+    def __init__(self, alias: str, params: dict) -> None:
+        super().__init__(alias, params)
+        where = f"TASKS[{alias!r}]"
+        try:
+            for queue in self.queues:
+                check_queue(queue)
+            self.max_attempts, self.retry, self.lease_seconds, self.atomic = _options(self.options)
+        except (TypeError, ValueError) as error:
+            raise ImproperlyConfigured(f"{where}: {error}") from None
+        self._definitions: dict[Any, TaskDefinition] = {}
+
+    # -- enqueueing -----------------------------------------------------------------------------
+
+    def validate_task(self, task: Any) -> None:
+        super().validate_task(task)
+        try:
+            check_queue(task.queue_name)
+        except ValueError as error:
+            raise tf.InvalidTask(str(error)) from None
+
+    def definition(self, task: Any) -> TaskDefinition:
+        """(Worker.) The job definition a task row runs with, one per task of the module: a
+        worker asks for it at every claim of the task."""
+        try:
+            return self._definitions[task]
+        except KeyError:
+            pass
+        definition = self._definitions[task] = self._new_definition(task)
+        return definition
+
+    def _new_definition(self, task: Any) -> TaskDefinition:
+        return TaskDefinition(
+            func=task.func,
+            name=task.module_path,
+            queue=task.queue_name,
+            priority=task.priority,
+            run_after=task.run_after,
+            max_attempts=self.max_attempts,
+            atomic=self.atomic,
+            lease_seconds=self.lease_seconds,
+            retry=self.retry,
+            keep_result=True,
+            task_backend=self.alias,
+            task=task,
+            backend=self,
+        )
+
+    def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
+        """One INSERT on the caller's connection (inside the caller's transaction, if any)."""
+        self.validate_task(task)
+        try:  # not remembered: each .using(run_after=...) is another task
+            definition = self._new_definition(task)
+        except ValueError as error:  # what Django's validation leaves to backends
+            raise tf.InvalidTask(str(error)) from None
+        job = definition.enqueue(*args, **kwargs)
+        result = tf.TaskResult(
+            task=task,
+            id=str(job.id),
+            status=tf.TaskResultStatus.READY,
+            enqueued_at=job.created_at,
+            started_at=None,
+            last_attempted_at=None,
+            finished_at=None,
+            args=list(args),
+            kwargs=dict(kwargs),
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+        tf.task_enqueued.send(type(self), task_result=result)
+        return result
+
+    # -- results --------------------------------------------------------------------------------
+
+    def get_result(self, result_id: Any) -> Any:
+        """The task result ``result_id`` (the ``id`` of what ``enqueue()`` returned).
+
+        ``TaskResultDoesNotExist`` when no task has this id: never enqueued, rolled back,
+        succeeded longer ago than ``PGJOBS["KEEP_RESULTS_SECONDS"]``, or a ``@job`` row.
+        """
+        job_id = _job_id(result_id)
+        try:
+            found = results.get_result(job_id)
+        except results.JobResultDoesNotExist:
+            raise tf.TaskResultDoesNotExist(result_id) from None
+        try:
+            task = find_task(found.name)
+        except NotATask:
+            raise tf.TaskResultDoesNotExist(result_id) from None
+        return self._task_result(task, found)
+
+    async def aget_result(self, result_id: Any) -> Any:
+        return await sync_to_async(self.get_result)(result_id)
+
+    def running_result(self, task: Any, job: Any) -> Any:
+        """(Executor thread.) The result of the attempt a worker is starting: RUNNING, one
+        worker id per attempt (so ``TaskContext.attempt`` is the row's attempt count)."""
+        found = results.get_result(job.id)
+        result = self._task_result(task, found, status=tf.TaskResultStatus.RUNNING)
+        worker_ids = result.worker_ids[: job.attempts]
+        worker_ids += [found.worker_ids[-1] if found.worker_ids else ""] * (
+            job.attempts - len(worker_ids)
+        )
+        object.__setattr__(result, "worker_ids", worker_ids)
+        return result
+
+    def _task_result(self, task: Any, found: results.JobResult, status: Any = None) -> Any:
+        result = tf.TaskResult(
+            task=dataclasses.replace(
+                task,
+                queue_name=found.queue,
+                priority=found.priority,
+                backend=self.alias,
+                run_after=_deferred(task, found),
+            ),
+            id=str(found.id),
+            status=status or _STATUSES[found.status],
+            enqueued_at=found.enqueued_at,
+            started_at=found.started_at,
+            last_attempted_at=found.started_at,
+            finished_at=found.finished_at,
+            args=found.args,
+            kwargs=found.kwargs,
+            backend=self.alias,
+            errors=[_task_error(entry) for entry in found.errors],
+            worker_ids=list(found.worker_ids),
+        )
+        if found.status == "successful":
+            object.__setattr__(result, "_return_value", found.return_value)
+        return result
+
+
+def _deferred(task: Any, found: results.JobResult) -> Any:
+    """When the row may run next, if that is later than it was enqueued (a deferred task, or one
+    waiting for a retry); else the task's own ``run_after``."""
+    if found.run_after is not None and found.run_after > found.enqueued_at:
+        return found.run_after
+    return task.run_after
+
+
+def _task_error(entry: dict) -> Any:
+    kind = str(entry.get("type") or "Exception")
+    return tf.TaskError(
+        exception_class_path=kind if "." in kind else f"builtins.{kind}",
+        traceback=str(entry.get("traceback") or entry.get("message") or ""),
+    )
+
+
+def _job_id(result_id: Any) -> int:
+    if isinstance(result_id, int) and not isinstance(result_id, bool):
+        return result_id
+    if isinstance(result_id, str) and result_id.isascii() and result_id.isdigit():
+        return int(result_id)
+    raise tf.TaskResultDoesNotExist(result_id)
+
+
+def _options(options: Any) -> tuple[int | None, RetryPolicy | None, float | None, bool | None]:
+    if not isinstance(options, dict):
+        raise TypeError(f"OPTIONS must be a dict, not {type(options).__name__}")
+    unknown = sorted(set(options) - set(OPTION_NAMES))
+    if unknown:
+        raise ValueError(
+            f"unknown OPTIONS {', '.join(map(repr, unknown))}; known: {', '.join(OPTION_NAMES)}"
+        )
+    max_attempts = options.get("MAX_ATTEMPTS")
+    if max_attempts is not None:
+        check_max_attempts(max_attempts)
+    retry = options.get("RETRY")
+    if retry is not None:
+        if not isinstance(retry, dict):
+            raise TypeError("OPTIONS['RETRY'] must be a dict of RetryPolicy fields")
+        fields = {field.name for field in dataclasses.fields(RetryPolicy)}
+        if set(retry) - fields:
+            raise ValueError(
+                f"OPTIONS['RETRY'] takes {', '.join(sorted(fields))}, not "
+                f"{', '.join(sorted(set(retry) - fields))}"
+            )
+        retry = RetryPolicy(**retry)
+    lease_seconds = options.get("LEASE_SECONDS")
+    if lease_seconds is not None:
+        lease_seconds = check_positive_seconds("LEASE_SECONDS", lease_seconds)
+    atomic = options.get("ATOMIC")
+    if atomic is not None and not isinstance(atomic, bool):
+        raise TypeError(f"OPTIONS['ATOMIC'] must be True or False, not {atomic!r}")
+    return max_attempts, retry, lease_seconds, atomic
+
+
+def pgjobs_backend(alias: str) -> PgJobsBackend:
+    """The ``PgJobsBackend`` configured as ``TASKS[alias]``; ``NotATask`` otherwise."""
+    try:
+        backend = tf.task_backends[alias]
+    except Exception as error:  # noqa: BLE001 - InvalidTaskBackend, or a backend failing to load
+        raise NotATask(f"TASKS has no usable backend {alias!r}: {error}") from None
+    if not isinstance(backend, PgJobsBackend):
+        raise NotATask(f"TASKS[{alias!r}] is {type(backend).__name__}, not a PgJobsBackend")
+    return backend
+
+
+def definition_for_row(job: Any) -> JobDefinition:
+    """(Worker.) The definition to run a task row with: ``NotATask`` when its backend alias is
+    not a ``PgJobsBackend`` or its name is not the module path of a Task."""
+    backend = pgjobs_backend(job.task_backend)
+    task = find_task(job.name)
+    if task.backend != backend.alias:
+        task = dataclasses.replace(task, backend=backend.alias)  # as enqueued with .using()
+    return backend.definition(task)

@@ -1,0 +1,45 @@
+"""docs/howto/django-tasks.md: plain ``django.tasks`` functions, nothing from django-pgjobs in
+them; ``TASKS`` in testproject/settings.py points them at ``PgJobsBackend``."""
+
+from __future__ import annotations
+
+import asyncio
+
+from django.db.models import F
+
+try:
+    from django.tasks import task  # Django 6
+except ImportError:
+    from django_tasks import task  # Django 5.2, with the django-tasks backport
+
+from testproject.demo.models import Counter
+
+
+@task(queue_name="tasks")
+def add_points(counter: str, points: int) -> int:
+    Counter.objects.filter(name=counter).update(value=F("value") + points)
+    return Counter.objects.get(name=counter).value
+
+
+@task(queue_name="tasks", priority=10)
+def greet(name: str, *, punctuation: str = "!") -> str:
+    return f"Hello, {name}{punctuation}"
+
+
+@task(queue_name="tasks")
+def refuse(reason: str) -> None:
+    raise ValueError(reason)
+
+
+@task(queue_name="tasks")
+async def shout(text: str) -> str:
+    await asyncio.sleep(0)  # an async def task is awaited by the worker
+    return text.upper()
+
+
+@task(queue_name="tasks", takes_context=True)
+def succeed_on_attempt(context, attempt: int) -> dict:
+    # context.attempt counts this task's attempts (the first is 1)
+    if context.attempt < attempt:
+        raise RuntimeError(f"attempt {context.attempt} of {attempt} fails")
+    return {"attempt": context.attempt, "id": context.task_result.id}
