@@ -230,19 +230,15 @@ class JobDefinition:
         timeout: float | None = None,
     ) -> JobDefinition:
         """A copy with per-call options (the ``django.tasks`` idiom)."""
-        changes: dict[str, Any] = {}
-        if keep_result is not None:
-            changes["keep_result"] = keep_result
-        if timeout is not None:
-            changes["call_timeout"] = timeout
-        if queue is not None:
-            changes["queue"] = queue
-        if priority is not None:
-            changes["priority"] = priority
-        if max_attempts is not None:
-            changes["max_attempts"] = max_attempts
-        if unique_key is not None:
-            changes["fixed_unique_key"] = unique_key
+        given = {  # field of the copy: option (None: not given, keep the definition's)
+            "keep_result": keep_result,
+            "call_timeout": timeout,
+            "queue": queue,
+            "priority": priority,
+            "max_attempts": max_attempts,
+            "fixed_unique_key": unique_key,
+        }
+        changes: dict[str, Any] = {f: v for f, v in given.items() if v is not None}
         if run_after is not None:
             changes["run_after"] = run_after
             changes["delay"] = None
