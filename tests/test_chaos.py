@@ -33,6 +33,7 @@ import json
 import os
 import random
 import signal
+import subprocess
 import time
 from collections import Counter as Tally
 from collections import defaultdict
@@ -275,7 +276,13 @@ def stop_and_check_survivors(survivors) -> None:
         assert worker.popen.poll() is None, "a worker died by itself:\n" + worker.output()
         worker.signal(signal.SIGTERM)
     for worker in survivors:
-        assert worker.wait(60) == 0, worker.output()
+        try:
+            code = worker.wait(60)
+        except subprocess.TimeoutExpired:
+            worker.signal(signal.SIGUSR1)  # runjobs prints every thread's stack
+            time.sleep(1)
+            pytest.fail("a worker did not exit within 60 s of SIGTERM:\n" + worker.output())
+        assert code == 0, worker.output()
         check_log_has_no_crash(worker.output())
 
 

@@ -104,6 +104,18 @@ def test_graceful_shutdown_finishes_running_and_hands_back_unstarted(start_worke
     assert not DeadLetter.objects.exists()
 
 
+def test_sigusr1_prints_every_threads_stack_and_the_worker_goes_on(start_worker):
+    demo.record.enqueue("sleeper", sleep=3)
+    worker = start_worker()
+    wait_until(lambda: Job.objects.filter(status="running").exists(), timeout=30)
+    worker.signal(signal.SIGUSR1)
+    wait_until(lambda: "most recent call first" in worker.output(), timeout=10)
+    assert "executors.py" in worker.output()  # the stacks, frame by frame: the job's thread
+    wait_until(lambda: not Job.objects.exists(), timeout=30)  # the job still finished
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(timeout=30) == 0, worker.output()
+
+
 def test_shutdown_grace_expiry_records_a_failed_attempt(start_worker):
     demo.record.enqueue("too-slow", sleep=30)
     worker = start_worker("--shutdown-grace", "0.5")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import faulthandler
 import logging
+import signal
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -129,6 +131,9 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         _ensure_logging(options["verbosity"])
+        if hasattr(signal, "SIGUSR1"):
+            # `kill -USR1 <pid>`: every thread's stack on stderr, for a worker that seems stuck
+            faulthandler.register(signal.SIGUSR1, all_threads=True)
         try:
             worker = Worker(
                 queues=options["queues"],
