@@ -109,8 +109,9 @@ def test_sigusr1_prints_every_threads_stack_and_the_worker_goes_on(start_worker)
     worker = start_worker()
     wait_until(lambda: Job.objects.filter(status="running").exists(), timeout=30)
     worker.signal(signal.SIGUSR1)
-    wait_until(lambda: "most recent call first" in worker.output(), timeout=10)
-    assert "executors.py" in worker.output()  # the stacks, frame by frame: the job's thread
+    # the stacks, frame by frame, the job's thread among them (read until fully written)
+    wait_until(lambda: "executors.py" in worker.output(), timeout=10)
+    assert "most recent call first" in worker.output()
     wait_until(lambda: not Job.objects.exists(), timeout=30)  # the job still finished
     worker.signal(signal.SIGTERM)
     assert worker.wait(timeout=30) == 0, worker.output()
