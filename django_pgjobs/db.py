@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 import psycopg
+from django.conf import settings
 from django.db import ProgrammingError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.utils import timezone
 
 from .conf import get_config
 from .payload import Undecodable
@@ -114,3 +117,11 @@ def execute_prepared(
 
 def ids_of(rows: Sequence[dict[str, Any]]) -> list[int]:
     return [row["id"] for row in rows]
+
+
+def as_django_reads(moment: datetime | None) -> datetime | None:
+    """A time from a raw statement as Django reads a ``DateTimeField``: aware, or naive in the
+    project's time zone when ``USE_TZ = False``."""
+    if moment is None or moment.tzinfo is None or settings.USE_TZ:
+        return moment
+    return timezone.make_naive(moment)

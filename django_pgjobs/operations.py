@@ -21,10 +21,8 @@ from datetime import datetime
 from datetime import timezone as dt_timezone
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.utils import timezone
 
 from . import db
 from .conf import get_config
@@ -104,10 +102,7 @@ def claim_jobs(
 
 
 def _from_epoch(seconds: float) -> datetime:
-    """As Django reads a ``DateTimeField``: aware in UTC, or naive in the project's time zone
-    when ``USE_TZ = False``."""
-    moment = datetime.fromtimestamp(seconds, dt_timezone.utc)
-    return moment if settings.USE_TZ else timezone.make_naive(moment)
+    return db.as_django_reads(datetime.fromtimestamp(seconds, dt_timezone.utc))
 
 
 def _claimed(row: dict[str, Any], token: uuid.UUID, lease_seconds: float) -> ClaimedJob:

@@ -15,8 +15,6 @@ from datetime import datetime
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
-from django.utils import timezone
 
 from . import db, operations
 
@@ -96,10 +94,10 @@ def _from_row(row: dict[str, Any]) -> JobResult:
         errors=errors,
         attempts=row["attempts"],
         max_attempts=row["max_attempts"],
-        enqueued_at=_as_django_reads(row["created_at"]),
-        run_after=_as_django_reads(row["run_after"]),
-        started_at=_as_django_reads(row["started_at"]),
-        finished_at=_as_django_reads(row["finished_at"]),
+        enqueued_at=db.as_django_reads(row["created_at"]),
+        run_after=db.as_django_reads(row["run_after"]),
+        started_at=db.as_django_reads(row["started_at"]),
+        finished_at=db.as_django_reads(row["finished_at"]),
         worker_ids=worker_ids,
         keep_result=row["keep_result"],
     )
@@ -107,10 +105,3 @@ def _from_row(row: dict[str, Any]) -> JobResult:
 
 def _worker_of(entry: Any) -> bool:
     return isinstance(entry, dict) and isinstance(entry.get("worker"), str) and entry["worker"]
-
-
-def _as_django_reads(moment: datetime | None) -> datetime | None:
-    """A time from a raw statement as a model field gives it (naive local when USE_TZ=False)."""
-    if moment is None or moment.tzinfo is None or settings.USE_TZ:
-        return moment
-    return timezone.make_naive(moment)
