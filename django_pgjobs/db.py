@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -88,8 +89,8 @@ def execute_prepared(
 ) -> list[dict[str, Any]]:
     """``execute()`` through a server-side prepared statement, parsed once per connection and
     then only bound and run. For statements whose plan cannot go stale, i.e. enqueue's INSERTs:
-    a statement that reads ``pgjobs_job`` through a choice of plans must not be prepared
-    (docs/explanation/claim.md).
+    a statement that reads ``pgjobs_job`` through a choice of plans goes through
+    ``execute_prepared_replanned()`` or is not prepared (docs/explanation/claim.md).
 
     It runs on a plain psycopg cursor of the Django connection's own psycopg connection, so it
     joins whatever transaction Django has open (``transaction.atomic`` included) and Django's
@@ -113,6 +114,35 @@ def execute_prepared(
     ):
         cursor.execute(query(name), params or {}, prepare=True)
         return _rows(cursor)
+
+
+#: psycopg connections whose session plans every prepared statement at each run (see below).
+_replanning_sessions: weakref.WeakSet = weakref.WeakSet()
+
+
+def execute_prepared_replanned(
+    connection: BaseDatabaseWrapper, name: str, params: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """``execute_prepared()`` for a statement whose plan would go stale: the worker's claim.
+    Parsed once per connection, and planned at every run with the values of that run, as an
+    unprepared statement is: the session's ``plan_cache_mode`` is set to ``force_custom_plan``
+    (once per connection), so PostgreSQL never switches it to a generic plan
+    (docs/explanation/claim.md).
+
+    Only for a connection that keeps its session from one statement to the next: behind
+    PgBouncer in transaction mode the setting would stay on one server connection and the
+    statement could run on another. The worker asks for it only when it listens, which needs
+    such a session too.
+    """
+    if connection.queries_logged or not get_config().PREPARED_STATEMENTS:
+        return execute(connection, name, params)
+    connection.ensure_connection()
+    raw = connection.connection
+    if raw not in _replanning_sessions:
+        with connection.wrap_database_errors:
+            raw.execute("SET plan_cache_mode = force_custom_plan")
+        _replanning_sessions.add(raw)
+    return execute_prepared(connection, name, params)
 
 
 def ids_of(rows: Sequence[dict[str, Any]]) -> list[int]:

@@ -6,9 +6,10 @@ that act on a claimed job are fenced: they take the claim token and do nothing w
 longer held under that token (its lease expired and it was rescued, maybe claimed again), so a
 worker that lost its lease can never complete or fail a job someone else now holds.
 
-None of these statements is prepared: a generic plan made while the queue idled would scan the
-whole table through the next burst (docs/explanation/claim.md). Fencing:
-docs/explanation/leases.md.
+None of these statements is prepared with a plan kept between runs: a generic plan made while
+the queue idled would scan the whole table through the next burst. The worker's claim alone runs
+prepared but planned at every run (``complete_and_claim_jobs(prepared=True)``); see
+docs/explanation/claim.md. Fencing: docs/explanation/leases.md.
 """
 
 from __future__ import annotations
@@ -149,12 +150,22 @@ def complete_and_claim_jobs(
     queues: Sequence[str] | None,
     lease_seconds: float,
     skip_names: Sequence[str] | None = None,
+    prepared: bool = False,
 ) -> tuple[set[int], list[ClaimedJob]]:
     """``complete_jobs(done)`` and ``claim_jobs(limit=...)`` in one statement (one round trip).
 
-    Returns ``(completed ids, claimed jobs)``, with the meaning of those two functions.
+    Returns ``(completed ids, claimed jobs)``, with the meaning of those two functions. With
+    nothing to acknowledge it runs the claim alone, a smaller statement to plan: the claim of a
+    worker woken by a notification, where it is on the enqueue-to-start latency. ``prepared``:
+    that claim alone runs prepared and planned at every run
+    (``db.execute_prepared_replanned``; only on a connection that keeps its session).
     """
-    params = _pairs(done)
+    if done:
+        params = _pairs(done)
+        retain = get_config().KEEP_SUCCEEDED_SECONDS > 0
+        name = "complete_retained_and_claim_jobs" if retain else "complete_and_claim_jobs"
+    else:
+        params, name = {}, "claim_jobs"
     params.update(
         {
             "limit": limit,
@@ -162,18 +173,17 @@ def complete_and_claim_jobs(
             "all_queues": queues is None,
             "queues": list(queues or []),
             "any_name": not skip_names,
-            "skip_names": skip_names or [],
+            "skip_names": list(skip_names or []),
             "lease_seconds": float(lease_seconds),
             "token": uuid.uuid4(),
         }
     )
-    retain = get_config().KEEP_SUCCEEDED_SECONDS > 0
-    name = "complete_retained_and_claim_jobs" if retain else "complete_and_claim_jobs"
-    rows = db.execute(connection, name, params)
+    execute = db.execute_prepared_replanned if prepared and not done else db.execute
+    rows = execute(connection, name, params)
     completed: set[int] = set()
     claimed = []
     for row in rows:
-        acknowledged = row.pop("completed")
+        acknowledged = row.pop("completed", None)
         if row["id"] is None:  # the one row that carries the acknowledged ids
             completed.update(acknowledged)
         else:

@@ -1,4 +1,5 @@
-"""The fast path: acknowledgements batched into the next claim, prepared enqueue statements.
+"""The fast path: acknowledgements batched into the next claim, prepared enqueue statements, the
+worker's prepared claim.
 
 Batching must not weaken the guarantees: an acknowledgement only ever deletes a job still held
 under its claim token, and a worker that dies with acknowledgements not yet sent loses nothing
@@ -152,6 +153,84 @@ def test_enqueue_is_prepared_once_per_connection_and_the_worker_statements_never
         operations.complete_jobs(connection, held)
     # planned at every run (tests/test_operations.py shows why)
     assert prepared_statements(connection) == before + 1
+
+
+def claim_statements(conn) -> list[tuple[str, int, int]]:
+    """The claims prepared on ``conn``'s session: (statement, generic plans, custom plans)."""
+    with conn.cursor() as cursor:
+        cursor.execute(
+            "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements "
+            "WHERE statement LIKE '%%SKIP LOCKED%%'"
+        )
+        return cursor.fetchall()
+
+
+def test_the_workers_claim_alone_is_prepared_and_planned_at_every_run():
+    """The claim of a worker with nothing to acknowledge (woken by a notification) is parsed
+    once per connection and planned with each run's values: never a generic plan, however many
+    runs (PostgreSQL would consider one after five)."""
+    for _ in range(12):
+        demo.noop.enqueue()
+        _, held = operations.complete_and_claim_jobs(
+            connection, [], limit=5, worker="w", queues=None, lease_seconds=60, prepared=True
+        )
+        assert len(held) == 1
+        operations.complete_jobs(connection, held)
+    ((statement, generic, custom),) = claim_statements(connection)
+    assert "UPDATE pgjobs_job" in statement and "completed" not in statement
+    assert generic == 0 and custom == 12
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW plan_cache_mode")
+        assert cursor.fetchone()[0] == "force_custom_plan"
+    # carrying acknowledgements, the combined statement is planned at each run, unprepared
+    demo.noop.enqueue_many([() for _ in range(2)])
+    _, held = claim(1)
+    completed, more = operations.complete_and_claim_jobs(
+        connection, held, limit=5, worker="w", queues=None, lease_seconds=60, prepared=True
+    )
+    assert completed == {held[0].id} and len(more) == 1
+    assert [row[2] for row in claim_statements(connection)] == [12]  # no second statement
+
+
+def test_a_new_connection_plans_the_prepared_claim_at_every_run_again():
+    operations.complete_and_claim_jobs(
+        connection, [], limit=5, worker="w", queues=None, lease_seconds=60, prepared=True
+    )
+    connection.close()  # the worker reconnects after a fault: a new session
+    for _ in range(7):
+        operations.complete_and_claim_jobs(
+            connection, [], limit=5, worker="w", queues=None, lease_seconds=60, prepared=True
+        )
+    ((_, generic, custom),) = claim_statements(connection)
+    assert (generic, custom) == (0, 7)
+
+
+def test_the_claim_is_not_prepared_when_prepared_statements_are_off(settings):
+    settings.PGJOBS = {**settings.PGJOBS, "PREPARED_STATEMENTS": False}
+    connection.close()
+    demo.noop.enqueue()
+    _, held = operations.complete_and_claim_jobs(
+        connection, [], limit=5, worker="w", queues=None, lease_seconds=60, prepared=True
+    )
+    assert len(held) == 1 and claim_statements(connection) == []
+
+
+@pytest.mark.parametrize("listen", [True, False])
+def test_a_listening_worker_prepares_its_claim_and_a_polling_one_does_not(monkeypatch, listen):
+    """A worker that may LISTEN has a session that keeps its settings; one told not to listen
+    may be behind PgBouncer in transaction mode, where the claim stays unprepared."""
+    asked = []
+    original = operations.complete_and_claim_jobs
+
+    def spying(*args, **kwargs):
+        asked.append(kwargs["prepared"])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(operations, "complete_and_claim_jobs", spying)
+    demo.noop.enqueue_many([() for _ in range(3)])
+    worker = run_worker(concurrency=2, listen=listen)
+    assert worker.stats.succeeded == 3
+    assert asked and set(asked) == {listen}
 
 
 def test_prepared_statements_can_be_turned_off(settings):
