@@ -6,10 +6,9 @@ that act on a claimed job are fenced: they take the claim token and do nothing w
 longer held under that token (its lease expired and it was rescued, maybe claimed again), so a
 worker that lost its lease can never complete or fail a job someone else now holds.
 
-None of these statements is prepared with a plan kept between runs: a generic plan made while
-the queue idled would scan the whole table through the next burst. The worker's claim alone runs
-prepared but planned at every run (``complete_and_claim_jobs(prepared=True)``); see
-docs/explanation/claim.md. Fencing: docs/explanation/leases.md.
+No plan is kept between runs: a generic plan made while the queue idled would scan the whole
+table through the next burst (the claim alone may run prepared, planned at every run; see
+docs/explanation/claim.md). Fencing: docs/explanation/leases.md.
 """
 
 from __future__ import annotations
@@ -154,11 +153,8 @@ def complete_and_claim_jobs(
 ) -> tuple[set[int], list[ClaimedJob]]:
     """``complete_jobs(done)`` and ``claim_jobs(limit=...)`` in one statement (one round trip).
 
-    Returns ``(completed ids, claimed jobs)``, with the meaning of those two functions. With
-    nothing to acknowledge it runs the claim alone, a smaller statement to plan: the claim of a
-    worker woken by a notification, where it is on the enqueue-to-start latency. ``prepared``:
-    that claim alone runs prepared and planned at every run
-    (``db.execute_prepared_replanned``; only on a connection that keeps its session).
+    Returns ``(completed ids, claimed jobs)`` as those two do. Nothing to acknowledge: the claim
+    alone (less to plan), with ``prepared`` through ``db.execute_prepared_replanned``.
     """
     if done:
         params = _pairs(done)

@@ -142,7 +142,7 @@ def prepared_statements(conn) -> int:
         return cursor.fetchone()[0]
 
 
-def test_enqueue_is_prepared_once_per_connection_and_the_worker_statements_never():
+def test_enqueue_is_prepared_once_per_connection_and_other_statements_only_when_asked():
     before = prepared_statements(connection)
     for _ in range(4):
         demo.noop.enqueue()
@@ -151,7 +151,7 @@ def test_enqueue_is_prepared_once_per_connection_and_the_worker_statements_never
         done, held = claim(1)
         operations.extend_leases(connection, held)
         operations.complete_jobs(connection, held)
-    # planned at every run (tests/test_operations.py shows why)
+    # not asked to (prepared=False): unprepared, planned at every run (tests/test_operations.py)
     assert prepared_statements(connection) == before + 1
 
 
