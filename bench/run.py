@@ -48,7 +48,10 @@ SYSTEMS: dict[str, dict] = {
         "remaining": "SELECT count(*) FROM (SELECT FROM pgjobs_job "
         "WHERE status IN ('ready', 'running') LIMIT 1) AS left_",
         "reset": "TRUNCATE pgjobs_job, pgjobs_deadletter, pgjobs_worker",
-        "drain": ["--concurrency", "2", "--batch", "200", "--prefetch", "400"],
+        # tuned by trying, idle 2-core machine, medians of 3 (1 · 2 processes, jobs/s): c2 b200
+        # p400 21.5k · 35.0k; c2 b500 p1000 26.3k · 41.5k; c1 b500 p1000 27.1k · 42.0k; this one
+        # 34.1k · 49.2k (bench/results/2026-11-23-tuning.md)
+        "drain": ["--concurrency", "1", "--batch", "1000", "--prefetch", "2000"],
         "sleepy": ["--concurrency", "32"],  # the shape's parallelism; the rest, defaults
         # the same jobs as async def, 32 at once on one event loop (one executor thread idle)
         "sleepy_async": ["--concurrency", "1", "--async-concurrency", "32", "--batch", "50"],
@@ -61,7 +64,9 @@ SYSTEMS: dict[str, dict] = {
         "remaining": "SELECT count(*) FROM (SELECT FROM pgqueuer "
         "WHERE status IN ('queued', 'picked') LIMIT 1) AS left_",
         "reset": "TRUNCATE pgqueuer, pgqueuer_log",
-        "drain": ["--batch", "100"],
+        # tuned the same way: batch 100 18.0k · 24.6k; 200 21.1k · 25.3k; 500 22.4k · 26.6k;
+        # 1000 21.3k · 28.7k
+        "drain": ["--batch", "1000"],
         # PgQueuer wants max_concurrent_tasks >= 2 x batch: 32 in flight, batches of 16
         "sleepy": ["--concurrency", "32", "--batch", "16"],
         "latency": ["--batch", "10"],
