@@ -148,7 +148,8 @@ def test_concurrent_claims_skip_each_others_rows_without_blocking():
     assert Job.objects.filter(status="running").count() == 4
 
 
-def test_parallel_claimers_never_share_a_job():
+@pytest.mark.parametrize("prepared", [False, True], ids=["planned", "prepared"])
+def test_parallel_claimers_never_share_a_job(prepared):
     demo.noop.enqueue_many([() for _ in range(600)])
     claimed: list[list[int]] = []
     lock = threading.Lock()
@@ -159,12 +160,14 @@ def test_parallel_claimers_never_share_a_job():
         mine = []
         try:
             while True:
-                jobs = operations.claim_jobs(
+                _, jobs = operations.complete_and_claim_jobs(  # the claim alone: nothing done
                     connections["default"],
+                    [],
                     limit=7,
                     worker=threading.current_thread().name,
                     queues=None,
                     lease_seconds=30,
+                    prepared=prepared,
                 )
                 if not jobs:
                     break

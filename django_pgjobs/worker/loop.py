@@ -112,9 +112,6 @@ class Worker:
             ):
                 raise ValueError(f"{option} must be a positive number of seconds, not {value!r}")
         self.listen = config.LISTEN_NOTIFY if listen is None else listen
-        # The claim alone runs prepared, planned at every run, on a connection that keeps its
-        # session: one that may LISTEN does (not PgBouncer in transaction mode).
-        self.prepared_claim = self.listen
         self.stats_interval = stats_interval
         self.install_signal_handlers = install_signal_handlers
         self.alias = config.DATABASE
@@ -321,7 +318,8 @@ class Worker:
             queues=self.queues,
             lease_seconds=self.lease_seconds,
             skip_names=self.slots.claim_skips(),
-            prepared=self.prepared_claim,
+            # prepared on a session that keeps its settings: one that may LISTEN does
+            prepared=self.listen,
         )
         self.acks.sent(acks, done)
         full = len(jobs) == limit
