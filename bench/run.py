@@ -457,6 +457,14 @@ class Bench:
                 self.url("pgjobs"), self.quick, self.repeat
             )
             log(f"   {self.results['raw_sql']}")
+        if "pgjobs" in systems and (
+            not self.args.only or any(o.startswith("latency") for o in self.args.only)
+        ):
+            log("== latency floor (INSERT + NOTIFY -> LISTEN -> claim, psycopg, 2 processes)")
+            self.results["latency_floor"] = sqlbench.latency_floor(
+                self.url("pgjobs"), self.quick, self.repeat
+            )
+            log(f"   {self.results['latency_floor']}")
         if "pgjobs" in systems and (not self.args.only or "notify" in self.args.only):
             log("== NOTIFY at commit, 8 producers (one job per transaction, psycopg)")
             self.results["notify"] = sqlbench.notify_cost(

@@ -10,6 +10,12 @@
                 that thread notified less than 10 ms before (what enqueue does inside
                 ``transaction.atomic()``). The database's side alone: no Django, no Python per
                 job beyond psycopg.
+``latency_floor`` enqueue -> start of the least a durable PostgreSQL queue can do, on the
+                latency benchmark's rhythm (a job every 20 ms): a producer process inserts a
+                job and notifies in one autocommit statement; a consumer process, in LISTEN,
+                claims it (FOR UPDATE SKIP LOCKED, synchronous commit) on the same connection
+                as soon as the notification arrives. One thread each, no Django; also the
+                notification alone. What no queue on this machine can beat.
 ``claim_cost``  time of one claim statement (batch of 10, acknowledgements folded in) with 10k
                 and with millions of rows of history (retained successful jobs) and scheduled
                 jobs in pgjobs_job. The table is filled once per size; the timing is repeated.
@@ -20,6 +26,7 @@ repetitions under ``samples``.
 
 from __future__ import annotations
 
+import multiprocessing
 import re
 import statistics
 import threading
@@ -277,3 +284,79 @@ def claim_cost(url: str, history: int, log, repeat: int = 1) -> dict:
 
 def _without_samples(figures: dict) -> dict:
     return {key: value for key, value in figures.items() if key != "samples"}
+
+
+FLOOR_TABLE = (
+    "CREATE TABLE IF NOT EXISTS bench_latency_floor (id bigserial PRIMARY KEY, "
+    "status text NOT NULL DEFAULT 'ready', sent float8 NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS bench_latency_floor_ready ON bench_latency_floor (id) "
+    "WHERE status = 'ready'"
+)
+FLOOR_ENQUEUE = (
+    "WITH job AS (INSERT INTO bench_latency_floor (sent) VALUES (%(sent)s) RETURNING sent) "
+    "SELECT pg_notify('bench_floor', sent::text) FROM job"
+)
+FLOOR_CLAIM = (
+    "UPDATE bench_latency_floor SET status = 'running' WHERE id = (SELECT id "
+    "FROM bench_latency_floor WHERE status = 'ready' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) "
+    "RETURNING sent"
+)
+
+
+def _floor_consumer(url: str, claim: bool, count: int, ready, results) -> None:
+    """(Child process.) LISTEN; for each notification, the time since the producer's clock
+    reading, after claiming the job when ``claim``."""
+    delays = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("LISTEN bench_floor")
+        ready.set()
+        while len(delays) < count:
+            (note,) = conn.notifies(stop_after=1)
+            if claim:
+                (sent,) = conn.execute(FLOOR_CLAIM, prepare=True).fetchone()
+            else:
+                sent = float(note.payload)
+            delays.append(time.time() - sent)
+    results.put(delays)
+
+
+def _floor_once(url: str, claim: bool, count: int, gap: float) -> dict:
+    context = multiprocessing.get_context("spawn")
+    ready, results = context.Event(), context.Queue()
+    consumer = context.Process(target=_floor_consumer, args=(url, claim, count, ready, results))
+    consumer.start()
+    try:
+        if not ready.wait(30):
+            raise RuntimeError("the latency-floor consumer did not start")
+        time.sleep(0.5)
+        with psycopg.connect(url, autocommit=True) as producer:
+            producer.execute("TRUNCATE bench_latency_floor")
+            for _ in range(count):
+                producer.execute(FLOOR_ENQUEUE, {"sent": time.time()}, prepare=True)
+                time.sleep(gap)
+        delays = sorted(results.get(timeout=60))
+    finally:
+        consumer.join(10)
+        if consumer.is_alive():
+            consumer.kill()
+    return {
+        "p50_ms": 1000 * delays[len(delays) // 2],
+        "p99_ms": 1000 * delays[round(0.99 * (len(delays) - 1))],
+    }
+
+
+def latency_floor(url: str, quick: bool, repeat: int = 1) -> dict:
+    count = 60 if quick else 150  # as the latency measurement (run.SIZES)
+    samples = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(FLOOR_TABLE)
+        try:
+            for _ in range(repeat):
+                sample = {}
+                for name, claim in (("notify", False), ("claim", True)):
+                    figures = _floor_once(url, claim, count, gap=0.02)
+                    sample.update({f"{name}_{key}": value for key, value in figures.items()})
+                samples.append(sample)
+        finally:
+            conn.execute("DROP TABLE bench_latency_floor")
+    return medians(samples)
