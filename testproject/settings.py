@@ -124,6 +124,15 @@ TASKS = {
             "RETRY": {"base_seconds": 0.1, "factor": 1, "jitter": 0},
         },
     },
+    # the same tables and workers; each task runs in one transaction with its completion
+    "atomic": {
+        "BACKEND": "django_pgjobs.backend.PgJobsBackend",
+        "QUEUES": ["tasks"],
+        "OPTIONS": {
+            "ATOMIC": True,
+            "RETRY": {"base_seconds": 0.1, "factor": 1, "jitter": 0},
+        },
+    },
 }
 
 LOGGING = {

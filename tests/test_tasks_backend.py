@@ -195,3 +195,33 @@ def test_the_how_to_example(start_worker):
     assert points_after(result_id) is None
     run_tasks(start_worker)
     assert points_after(result_id) == 7
+
+
+def test_an_atomic_backend_rolls_a_failed_attempts_writes_back(start_worker):
+    """OPTIONS["ATOMIC"]: each attempt and the row's completion commit together, so the write of
+    the failed first attempt is undone and the task's points land once; through the default
+    backend the same task's first write stays. Real runjobs processes run both."""
+    Counter.objects.create(name="plain", value=0)
+    Counter.objects.create(name="atomic", value=0)
+    task = tasks.add_points_failing_first
+    plain = task.enqueue("plain", 5)
+    atomic = task.using(backend="atomic").enqueue("atomic", 5)
+    assert atomic.backend == "atomic"
+    worker = start_worker("--queue", "tasks")
+    wait_until(
+        lambda: (
+            all(r.refresh() or r.is_finished for r in (plain, atomic))
+            or worker.popen.poll() is not None
+        ),
+        timeout=60,
+    )
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(timeout=60) == 0, worker.output()
+    for result, points in ((plain, 10), (atomic, 5)):
+        assert result.status == Status.SUCCESSFUL, worker.output()
+        assert result.attempts == 2 and len(result.errors) == 1
+        assert "the first attempt fails after its write" in result.errors[0].traceback
+        assert result.return_value == points
+    assert Counter.objects.get(name="plain").value == 10  # the failed attempt's write stayed
+    assert Counter.objects.get(name="atomic").value == 5  # rolled back with its attempt
+    assert Job.objects.get(id=int(atomic.id)).task_backend == "atomic"

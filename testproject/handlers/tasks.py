@@ -43,3 +43,13 @@ def succeed_on_attempt(context, attempt: int) -> dict:
     if context.attempt < attempt:
         raise RuntimeError(f"attempt {context.attempt} of {attempt} fails")
     return {"attempt": context.attempt, "id": context.task_result.id}
+
+
+@task(queue_name="tasks", takes_context=True)
+def add_points_failing_first(context, counter: str, points: int) -> int:
+    # writes, then fails its first attempt: through the "atomic" backend that attempt's write
+    # is rolled back with it, through "default" it stays
+    Counter.objects.filter(name=counter).update(value=F("value") + points)
+    if context.attempt == 1:
+        raise RuntimeError("the first attempt fails after its write")
+    return Counter.objects.get(name=counter).value
