@@ -197,13 +197,15 @@ def test_the_how_to_example(start_worker):
     assert points_after(result_id) == 7
 
 
-def test_an_atomic_backend_rolls_a_failed_attempts_writes_back(start_worker):
+@pytest.mark.parametrize("name", ["add_points_failing_first", "aadd_points_failing_first"])
+def test_an_atomic_backend_rolls_a_failed_attempts_writes_back(start_worker, name):
     """OPTIONS["ATOMIC"]: each attempt and the row's completion commit together, so the write of
     the failed first attempt is undone and the task's points land once; through the default
-    backend the same task's first write stays. Real runjobs processes run both."""
+    backend the same task's first write stays. Real runjobs processes run both. An async def
+    task too: its ORM calls run on the executor thread that holds the transaction."""
     Counter.objects.create(name="plain", value=0)
     Counter.objects.create(name="atomic", value=0)
-    task = tasks.add_points_failing_first
+    task = getattr(tasks, name)
     plain = task.enqueue("plain", 5)
     atomic = task.using(backend="atomic").enqueue("atomic", 5)
     assert atomic.backend == "atomic"

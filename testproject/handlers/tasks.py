@@ -53,3 +53,12 @@ def add_points_failing_first(context, counter: str, points: int) -> int:
     if context.attempt == 1:
         raise RuntimeError("the first attempt fails after its write")
     return Counter.objects.get(name=counter).value
+
+
+@task(queue_name="tasks", takes_context=True)
+async def aadd_points_failing_first(context, counter: str, points: int) -> int:
+    # the same as an async def task: its ORM calls run in the attempt's transaction too
+    await Counter.objects.filter(name=counter).aupdate(value=F("value") + points)
+    if context.attempt == 1:
+        raise RuntimeError("the first attempt fails after its write")
+    return (await Counter.objects.aget(name=counter)).value
