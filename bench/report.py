@@ -115,7 +115,7 @@ def write_reports(results: dict) -> str:
         lines.append("")
         lines.append(
             "Latency floor (the least a durable PostgreSQL queue can do here, psycopg, one "
-            "thread each side, a job every 20 ms): enqueue → claimed p50 "
+            "thread each side, a job every 20 ms on average): enqueue → claimed p50 "
             f"{floor['claim_p50_ms']:.1f} ms / p99 {floor['claim_p99_ms']:.1f} ms (INSERT and "
             "NOTIFY in one statement; the consumer claims with FOR UPDATE SKIP LOCKED, "
             "synchronous commit, on its LISTEN connection); the notification alone p50 "

@@ -11,7 +11,7 @@
                 ``transaction.atomic()``). The database's side alone: no Django, no Python per
                 job beyond psycopg.
 ``latency_floor`` enqueue -> start of the least a durable PostgreSQL queue can do, on the
-                latency benchmark's rhythm (a job every 20 ms): a producer process inserts a
+                latency benchmark's rhythm (a job every 20 ms on average): a producer process inserts a
                 job and notifies in one autocommit statement; a consumer process, in LISTEN,
                 claims it (FOR UPDATE SKIP LOCKED, synchronous commit) on the same connection
                 as soon as the notification arrives. One thread each, no Django; also the
@@ -35,6 +35,8 @@ import uuid
 from pathlib import Path
 
 import psycopg
+
+from bench.drivers.common import gaps
 
 QUERIES_FILE = Path(__file__).resolve().parent.parent / "django_pgjobs" / "sql" / "queries.sql"
 
@@ -331,9 +333,9 @@ def _floor_once(url: str, claim: bool, count: int, gap: float) -> dict:
         time.sleep(0.5)
         with psycopg.connect(url, autocommit=True) as producer:
             producer.execute("TRUNCATE bench_latency_floor")
-            for _ in range(count):
+            for pause in gaps(count, gap):  # as the systems' latency measurement
                 producer.execute(FLOOR_ENQUEUE, {"sent": time.time()}, prepare=True)
-                time.sleep(gap)
+                time.sleep(pause)
         delays = sorted(results.get(timeout=60))
     finally:
         consumer.join(10)

@@ -79,9 +79,9 @@ async def main(argv: list[str]) -> None:
         common.report(seconds=time.perf_counter() - start, end=time.time())
     elif command == "latency":
         n, gap = int(rest[0]), float(rest[1])
-        for _ in range(n):
+        for pause in common.gaps(n, gap):
             await queries.enqueue("timed", str(time.time()).encode())
-            await asyncio.sleep(gap)
+            await asyncio.sleep(pause)
         common.report(done=n)
     else:
         raise SystemExit(f"unknown command {command}")
