@@ -35,6 +35,7 @@ if str(ROOT) not in sys.path:
 import psycopg  # noqa: E402
 
 from bench import sqlbench  # noqa: E402
+from bench.drivers.common import percentile  # noqa: E402
 from bench.report import write_reports  # noqa: E402
 
 # Per system: the package that must be importable, how to count unfinished jobs, how to empty
@@ -105,6 +106,10 @@ SYSTEMS: dict[str, dict] = {
         "poll": None,
     },
 }
+
+# Mean pause between the latency measurement's jobs (spread: drivers/common.py gaps()).
+LISTEN_GAP_SECONDS = 0.02
+POLL_GAP_SECONDS = 0.137
 
 SIZES = {
     # name: (full, quick)
@@ -328,7 +333,7 @@ class Bench:
 
     def latency(self, system: str, options: list[str], poll: bool) -> dict:
         n = self.size("latency_poll" if poll else "latency")
-        gap = 0.137 if poll else 0.02
+        gap = POLL_GAP_SECONDS if poll else LISTEN_GAP_SECONDS
         path = self.tmp / f"{system}-latency-{'poll' if poll else 'listen'}.txt"
         path.unlink(missing_ok=True)
         workers = self.start_workers(system, 1, options, BENCH_LATENCY_FILE=str(path))
@@ -457,12 +462,10 @@ class Bench:
                 self.url("pgjobs"), self.quick, self.repeat
             )
             log(f"   {self.results['raw_sql']}")
-        if "pgjobs" in systems and (
-            not self.args.only or any(o.startswith("latency") for o in self.args.only)
-        ):
+        if "latency_listen" in self.results["systems"].get("pgjobs", {}):  # beside it, alike
             log("== latency floor (INSERT + NOTIFY -> LISTEN -> claim, psycopg, 2 processes)")
             self.results["latency_floor"] = sqlbench.latency_floor(
-                self.url("pgjobs"), self.quick, self.repeat
+                self.url("pgjobs"), self.size("latency"), LISTEN_GAP_SECONDS, self.repeat
             )
             log(f"   {self.results['latency_floor']}")
         if "pgjobs" in systems and (not self.args.only or "notify" in self.args.only):
@@ -484,14 +487,6 @@ def _short(value) -> str:
     if isinstance(value, dict):
         return ", ".join(f"{k}={v:.1f}" for k, v in value.items())
     return f"{value:,.0f}"
-
-
-def percentile(values: list[float], pct: float) -> float:
-    if not values:
-        return float("nan")
-    k = (len(values) - 1) * pct / 100
-    low, high = int(k), min(int(k) + 1, len(values) - 1)
-    return values[low] + (values[high] - values[low]) * (k - low)
 
 
 def redis_reachable() -> bool:

@@ -10,9 +10,9 @@
                 that thread notified less than 10 ms before (what enqueue does inside
                 ``transaction.atomic()``). The database's side alone: no Django, no Python per
                 job beyond psycopg.
-``latency_floor`` enqueue -> start of the least a durable PostgreSQL queue can do, on the
-                latency benchmark's rhythm (a job every 20 ms on average): a producer process inserts a
-                job and notifies in one autocommit statement; a consumer process, in LISTEN,
+``latency_floor`` enqueue -> start of the least a durable PostgreSQL queue can do, with the
+                latency measurement's jobs and pauses: a producer process inserts a job
+                and notifies in one autocommit statement; a consumer process, in LISTEN,
                 claims it (FOR UPDATE SKIP LOCKED, synchronous commit) on the same connection
                 as soon as the notification arrives. One thread each, no Django; also the
                 notification alone. What no queue on this machine can beat.
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench.drivers.common import gaps
+from bench.drivers.common import gaps, percentile
 
 QUERIES_FILE = Path(__file__).resolve().parent.parent / "django_pgjobs" / "sql" / "queries.sql"
 
@@ -341,14 +341,12 @@ def _floor_once(url: str, claim: bool, count: int, gap: float) -> dict:
         consumer.join(10)
         if consumer.is_alive():
             consumer.kill()
-    return {
-        "p50_ms": 1000 * delays[len(delays) // 2],
-        "p99_ms": 1000 * delays[round(0.99 * (len(delays) - 1))],
-    }
+    return {"p50_ms": 1000 * percentile(delays, 50), "p99_ms": 1000 * percentile(delays, 99)}
 
 
-def latency_floor(url: str, quick: bool, repeat: int = 1) -> dict:
-    count = 60 if quick else 150  # as the latency measurement (run.SIZES)
+def latency_floor(url: str, count: int, gap: float, repeat: int = 1) -> dict:
+    """p50 and p99 of ``count`` jobs ``gap`` seconds apart on average, the notification alone
+    and the claim, each the median of ``repeat`` runs."""
     samples = []
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(FLOOR_TABLE)
@@ -356,7 +354,7 @@ def latency_floor(url: str, quick: bool, repeat: int = 1) -> dict:
             for _ in range(repeat):
                 sample = {}
                 for name, claim in (("notify", False), ("claim", True)):
-                    figures = _floor_once(url, claim, count, gap=0.02)
+                    figures = _floor_once(url, claim, count, gap)
                     sample.update({f"{name}_{key}": value for key, value in figures.items()})
                 samples.append(sample)
         finally:

@@ -60,6 +60,15 @@ def gaps(n: int, mean: float) -> list[float]:
     return [pick.uniform(0.75 * mean, 1.25 * mean) for _ in range(n)]
 
 
+def percentile(values: list[float], pct: float) -> float:
+    """``pct`` percentile of sorted ``values``, interpolated between the two nearest."""
+    if not values:
+        return float("nan")
+    k = (len(values) - 1) * pct / 100
+    low, high = int(k), min(int(k) + 1, len(values) - 1)
+    return values[low] + (values[high] - values[low]) * (k - low)
+
+
 def latency_loop(n: int, gap: float, enqueue_one) -> None:
     for pause in gaps(n, gap):
         enqueue_one(time.time())
