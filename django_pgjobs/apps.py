@@ -8,7 +8,11 @@ class PgJobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers the system checks)
+        from . import checks, taskframework  # noqa: F401  (checks registers the system checks)
         from .registry import autodiscover
 
         autodiscover()
+        if taskframework.AVAILABLE:
+            from .backend import discover_task_modules
+
+            discover_task_modules()  # task rows run only tasks of modules imported by now

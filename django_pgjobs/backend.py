@@ -20,9 +20,9 @@ Options (``TASKS[alias]["OPTIONS"]``, all optional)
     a dead letter, kept until an operator deletes it.
 
 Instrumentation
-    Django's ``task_enqueued`` (sent by ``enqueue()``), ``task_started`` and ``task_finished``
-    (sent by the worker around each attempt) and the ``django.tasks`` logger, plus this
-    project's own signals and logs.
+    Django's ``task_enqueued`` (sent when the enqueued row is committed), ``task_started`` and
+    ``task_finished`` (sent by the worker around each attempt) and the ``django.tasks`` logger,
+    plus this project's own signals and logs.
 """
 
 from __future__ import annotations
@@ -31,9 +31,11 @@ import dataclasses
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import autodiscover_modules, import_string
 
-from . import results
+from . import db, results
 from . import taskframework as tf
 from .backoff import RetryPolicy
 from .registry import JobDefinition
@@ -46,7 +48,7 @@ if not tf.AVAILABLE:
         '5.2 the backport: pip install "django-pgjobs[tasks]"'
     )
 
-__all__ = ["PgJobsBackend", "definition_for_row"]
+__all__ = ["PgJobsBackend", "definition_for_row", "discover_task_modules"]
 
 OPTION_NAMES = ("MAX_ATTEMPTS", "RETRY", "LEASE_SECONDS", "ATOMIC")
 
@@ -133,27 +135,33 @@ class PgJobsBackend(tf.BaseTaskBackend):
             errors=[],
             worker_ids=[],
         )
-        tf.task_enqueued.send(type(self), task_result=result)
+        _send_when_committed(type(self), result)
         return result
 
     # -- results --------------------------------------------------------------------------------
 
     def get_result(self, result_id: Any) -> Any:
-        """The task result ``result_id`` (the ``id`` of what ``enqueue()`` returned).
+        """The task result ``result_id`` (the ``id`` of what ``enqueue()`` returned), as the
+        alias it was enqueued through reports it (``result.backend``), whichever alias reads it.
 
         ``TaskResultDoesNotExist`` when no task has this id: never enqueued, rolled back,
-        succeeded longer ago than ``PGJOBS["KEEP_RESULTS_SECONDS"]``, or a ``@job`` row.
+        succeeded longer ago than ``PGJOBS["KEEP_RESULTS_SECONDS"]``, a ``@job`` row, or a row
+        naming no Task of a module this process has imported (a row never makes it import one)
+        or no ``PgJobsBackend`` alias.
         """
         job_id = _job_id(result_id)
         try:
             found = results.get_result(job_id)
         except results.JobResultDoesNotExist:
             raise tf.TaskResultDoesNotExist(result_id) from None
+        if not found.task_backend:  # a @job row
+            raise tf.TaskResultDoesNotExist(result_id)
         try:
+            enqueued_through = pgjobs_backend(found.task_backend)
             task = find_task(found.name)
-        except NotATask:
-            raise tf.TaskResultDoesNotExist(result_id) from None
-        return self._task_result(task, found)
+        except NotATask as error:
+            raise tf.TaskResultDoesNotExist(f"{result_id}: {error}") from None
+        return enqueued_through._task_result(task, found)
 
     async def aget_result(self, result_id: Any) -> Any:
         return await sync_to_async(self.get_result)(result_id)
@@ -194,6 +202,23 @@ class PgJobsBackend(tf.BaseTaskBackend):
         if found.status == "successful":
             object.__setattr__(result, "_return_value", found.return_value)
         return result
+
+
+def _send_when_committed(sender: type, result: Any) -> None:
+    """Django's ``task_enqueued`` once the task's row is committed: at the commit of the
+    caller's ``transaction.atomic()`` on the jobs database (never if it rolls back), at once in
+    autocommit. Under manual transaction management Django cannot tell when the caller will
+    commit: sent at once. A receiver that raises is logged (``django.dispatch``): the task is
+    enqueued by then, its exception would fail a commit that happened."""
+
+    def send() -> None:
+        tf.task_enqueued.send_robust(sender, task_result=result)
+
+    connection = db.jobs_connection()
+    if connection.get_autocommit() or (connection.in_atomic_block and connection.commit_on_exit):
+        connection.on_commit(send)
+    else:
+        send()
 
 
 def _deferred(task: Any, found: results.JobResult) -> Any:
@@ -260,6 +285,20 @@ def pgjobs_backend(alias: str) -> PgJobsBackend:
     if not isinstance(backend, PgJobsBackend):
         raise NotATask(f"TASKS[{alias!r}] is {type(backend).__name__}, not a PgJobsBackend")
     return backend
+
+
+def discover_task_modules() -> None:
+    """Import every installed app's ``tasks`` module when a ``TASKS`` backend is a
+    ``PgJobsBackend`` (at start-up, from ``AppConfig.ready``): task rows run, and
+    ``get_result()`` reads, only tasks of modules imported by then (``task_rows.find_task``)."""
+    for params in getattr(settings, "TASKS", {}).values():
+        try:
+            backend_class = import_string(params["BACKEND"])
+        except (ImportError, KeyError, TypeError):
+            continue  # the Tasks framework reports it when the backend is used
+        if isinstance(backend_class, type) and issubclass(backend_class, PgJobsBackend):
+            autodiscover_modules("tasks")
+            return
 
 
 def definition_for_row(job: Any) -> JobDefinition:

@@ -33,7 +33,9 @@ class JobResult:
     """A job as ``get_result`` found it. ``return_value`` is the kept result of a successful job
     that asked for it (``keep_result``), else None. ``errors`` holds one entry per failed
     attempt, oldest first (``type``, ``message``, ``traceback``, ``worker``, ``at``,
-    ``attempt``). ``worker_ids`` are the workers that ran its attempts, in order."""
+    ``attempt``). ``worker_ids`` are the workers that ran its attempts, in order.
+    ``task_backend``: the ``TASKS`` alias a ``django.tasks`` task was enqueued through; "" for
+    a ``@job``."""
 
     id: int
     name: str
@@ -52,6 +54,7 @@ class JobResult:
     finished_at: datetime | None
     worker_ids: list[str]
     keep_result: bool
+    task_backend: str = ""
 
     @property
     def is_finished(self) -> bool:
@@ -100,6 +103,7 @@ def _from_row(row: dict[str, Any]) -> JobResult:
         finished_at=db.as_django_reads(row["finished_at"]),
         worker_ids=worker_ids,
         keep_result=row["keep_result"],
+        task_backend=row["task_backend"],
     )
 
 

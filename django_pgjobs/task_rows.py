@@ -1,23 +1,27 @@
 """Rows enqueued through ``django.tasks``: how a worker finds and runs the task a row names.
 
 A task row has ``task_backend`` set (the ``TASKS`` alias it was enqueued through) and the task's
-module path as ``name``. The worker imports that path, as Django's contract requires, and runs
-the object only if it is a ``Task`` of the framework in use and the alias names a
-``PgJobsBackend``; anything else is dead-lettered, never called. Rows of ``@job`` functions
-never come here: only registered jobs run (``registry``).
+module path as ``name``. The table is writable by anyone with the database, so a row never makes
+a process import anything: the path is looked up among the modules the process has already
+imported (every installed app's ``tasks`` and ``jobs`` modules and ``PGJOBS["JOB_MODULES"]`` are
+imported at start-up, see ``backend.discover_task_modules``), and the object runs only if it is a
+``Task`` of the framework in use and the alias names a ``PgJobsBackend``; anything else is
+dead-lettered, never imported nor called. Rows of ``@job`` functions never come here: only
+registered jobs run (``registry``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from traceback import format_exception
 from typing import Any, ClassVar
 
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
 from . import taskframework as tf
 from .context import current_job
+from .payload import ResultNotJSON, dump_result
 from .registry import JobDefinition
 
 
@@ -51,7 +55,7 @@ class TaskDefinition(JobDefinition):
                 value = self.task.call(tf.TaskContext(task_result=result), *args, **kwargs)
             else:
                 value = self.task.call(*args, **kwargs)
-            value = tf.normalize_json(value)  # a value JSON cannot hold fails the attempt
+            value = _normalized_result(value)
         except BaseException as error:
             _set(result, status=tf.TaskResultStatus.FAILED, finished_at=timezone.now())
             result.errors.append(task_error(error))
@@ -81,22 +85,48 @@ def _set(result: Any, **values: Any) -> None:
         object.__setattr__(result, attribute, value)  # TaskResult is frozen
 
 
+def _normalized_result(value: Any) -> Any:
+    """The return value as Django normalises it (tuples become lists...); ``ResultNotJSON``,
+    as for a ``@job``, when JSON cannot hold it: the worker dead-letters the task at once."""
+    try:
+        return tf.normalize_json(value)
+    except (TypeError, ValueError) as error:
+        try:
+            dump_result(value, max_bytes=sys.maxsize)  # its message names the offending path
+        except ResultNotJSON as named:
+            raise named from None
+        raise ResultNotJSON(
+            f"the return value is not JSON ({error}); the result of a task is kept as JSON"
+        ) from None
+
+
+#: Where a task must be defined for a task row to run it (the end of ``NotATask`` messages).
+WHERE_TASKS_LIVE = (
+    "a task row runs only a Task of a module imported at start-up (an installed app's tasks or "
+    "jobs module, a module of PGJOBS['JOB_MODULES'], or a module they import); a row never "
+    "makes a process import a module"
+)
+
+
 def find_task(module_path: str) -> Any:
-    """The ``Task`` at ``module_path``; ``NotATask`` when it cannot be imported or is not one."""
+    """The ``Task`` at ``module_path`` in a module this process has already imported;
+    ``NotATask`` otherwise. Never imports: the path comes from a row anyone with the database
+    can write, and importing runs a module's code."""
     if not tf.AVAILABLE:
         raise NotATask(
             "no Tasks framework is installed in this worker (Django 6's django.tasks, or the "
             "django-tasks backport on Django 5.2)"
         )
-    try:
-        found = import_string(module_path)
-    except ImportError as error:
-        raise NotATask(f"{module_path!r} cannot be imported: {error}") from None
+    module_name, _, attribute = module_path.rpartition(".")
+    module = sys.modules.get(module_name) if module_name else None
+    if module is None:
+        raise NotATask(f"{module_path!r} is not in a loaded module: {WHERE_TASKS_LIVE}")
+    # The module's own namespace, not getattr(): a module __getattr__ or a lazily loaded
+    # module's __getattribute__ could import or run code.
+    found = object.__getattribute__(module, "__dict__").get(attribute)
     if not isinstance(found, tf.Task):
-        raise NotATask(
-            f"{module_path!r} is a {type(found).__name__}, not a {tf.FRAMEWORK} Task: it is "
-            "never called"
-        )
+        kind = "nothing" if found is None else f"a {type(found).__name__}"
+        raise NotATask(f"{module_path!r} is {kind}, not a {tf.FRAMEWORK} Task: it is never called")
     return found
 
 

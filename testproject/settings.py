@@ -46,6 +46,9 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_pgjobs",
     "testproject.demo",
+    # the examples of docs/howto: its tasks module (testproject/handlers/tasks.py) is imported
+    # at start-up, as every installed app's is, so task rows may run its tasks
+    "testproject.handlers",
 ]
 
 MIDDLEWARE = [
@@ -110,6 +113,8 @@ PGJOBS = {
         "testproject.handlers.results",
         "testproject.handlers.retries",
         "testproject.handlers.aborting",
+        # tests of start-up imports add their own (tests/test_task_imports.py)
+        *os.environ.get("PGJOBS_TEST_JOB_MODULES", "").split(),
     ],
 }
 

@@ -4,6 +4,8 @@ that ask for it (docs/howto/handlers.md, "Results"); the pruning unit keeps them
 
 from __future__ import annotations
 
+import signal
+import time
 import uuid
 from datetime import timedelta
 
@@ -23,7 +25,7 @@ from django_pgjobs import (
 )
 from django_pgjobs.models import DeadLetter, Job
 from testproject.demo import jobs as demo
-from testproject.demo.models import Counter
+from testproject.demo.models import Counter, Execution
 from testproject.handlers.results import add_and_report, checked_at, count_words, report_time
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -82,7 +84,30 @@ def test_a_return_value_that_is_not_json_is_a_failed_attempt(start_worker):
     assert result.worker_ids == [error["worker"]] and str(worker.pid) in error["worker"]
     assert result.finished_at is not None and result.run_after is None
     dead = DeadLetter.objects.get(job_id=job.id)
-    assert dead.keep_result is True and "attempts exhausted (1/1)" in dead.reason
+    assert dead.keep_result is True and "its result cannot be stored, not retried" in dead.reason
+    assert (dead.attempts, dead.max_attempts) == (1, 5)  # dead-lettered at its first attempt
+
+
+def test_a_result_that_cannot_be_stored_is_dead_lettered_without_running_again(start_worker):
+    """ResultNotJSON is deterministic and comes after the job's work: retrying would repeat its
+    side effects and fail the same way. A real worker, with 3 attempts and a 0.1 s backoff."""
+    queued = demo.record_then_return_a_set.enqueue("once")
+    worker = start_worker("--queue", "default")
+    wait_until(
+        lambda: (
+            DeadLetter.objects.filter(job_id=queued.id).exists() or worker.popen.poll() is not None
+        )
+    )
+    time.sleep(0.5)  # a retry would be due by now
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(timeout=60) == 0, worker.output()
+    assert Execution.objects.filter(label="once").count() == 1, worker.output()
+    dead = DeadLetter.objects.get(job_id=queued.id)
+    assert (dead.attempts, dead.max_attempts) == (1, 3)
+    assert dead.error_type == "django_pgjobs.payload.ResultNotJSON"
+    assert dead.reason.startswith("its result cannot be stored, not retried")
+    assert "the return value is a builtins.set, which is not JSON" in dead.reason
+    assert not Job.objects.exists()
 
 
 def test_an_atomic_job_whose_result_is_not_json_rolls_back_its_writes():

@@ -5,6 +5,7 @@ processes, on Django 6 (``django.tasks``) and Django 5.2 (the ``django_tasks`` b
 from __future__ import annotations
 
 import signal
+import time
 from datetime import timedelta
 
 import pytest
@@ -148,11 +149,46 @@ def test_a_task_row_runs_only_a_task(start_worker, tmp_path):
         assert letter.error_type == "NotATask" and letter.reason.startswith("not a task: ")
         assert letter.attempts == 1
     assert "not a django" in dead["os.system@default"].reason.replace("_", ".")
-    assert "cannot be imported" in dead["nowhere.at_all@default"].reason
+    assert "is not in a loaded module" in dead["nowhere.at_all@default"].reason
     assert (
         "no usable backend 'elsewhere'" in dead["testproject.handlers.tasks.greet@elsewhere"].reason
     )
     assert dead["testproject.handlers.tasks.greet@"].error_type == "UnknownJob"
+
+
+def test_a_return_value_json_cannot_hold_fails_the_task_once_with_result_not_json(start_worker):
+    """A datetime, a Decimal, a set: the same clear ResultNotJSON as a @job gets, and FAILED at
+    once (the task did its work; a retry would do it again and fail the same way)."""
+    kinds = ("datetime", "decimal", "set")
+    for kind in kinds:
+        Counter.objects.create(name=kind, value=0)
+    enqueued = {kind: tasks.add_points_returning.enqueue(kind, 5, kind) for kind in kinds}
+    worker = start_worker("--queue", "tasks")
+    wait_until(
+        lambda: (
+            all(r.refresh() or r.is_finished for r in enqueued.values())
+            or worker.popen.poll() is not None
+        )
+    )
+    time.sleep(0.5)  # a retry (0.1 s backoff) would have run by now
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(timeout=60) == 0, worker.output()
+    described = {
+        "datetime": "datetime.datetime",
+        "decimal": "decimal.Decimal",
+        "set": "builtins.set",
+    }
+    for kind, result in enqueued.items():
+        result.refresh()
+        assert result.status == Status.FAILED, worker.output()
+        assert Counter.objects.get(name=kind).value == 5  # ran once
+        (error,) = result.errors
+        assert error.exception_class_path == "django_pgjobs.payload.ResultNotJSON"
+        assert f"the return value is a {described[kind]}, which is not JSON" in error.traceback
+        assert "Unsupported type" not in error.traceback
+        letter = DeadLetter.objects.get(job_id=int(result.id))
+        assert letter.attempts == 1 and letter.max_attempts == 3
+        assert letter.reason.startswith("its result cannot be stored, not retried")
 
 
 def test_requeued_dead_task_runs_as_a_task_again(start_worker):

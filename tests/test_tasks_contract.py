@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 import pytest
 from asgiref.sync import async_to_sync
 from django.core.exceptions import ImproperlyConfigured
+from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
@@ -175,6 +176,73 @@ def test_task_enqueued_signal_and_log(caplog):
     assert sender is type(backend()) and sent is result
     (line,) = [r.getMessage() for r in caplog.records if r.name == LOGGER]
     assert f"id={result.id}" in line and "enqueued" in line
+
+
+@pytest.fixture
+def enqueued_signals():
+    """The ids of the task results ``task_enqueued`` is sent for, in order."""
+    received: list[str] = []
+
+    def receiver(sender, task_result, **kwargs):
+        received.append(task_result.id)
+
+    tf.task_enqueued.connect(receiver)
+    yield received
+    tf.task_enqueued.disconnect(receiver)
+
+
+def test_task_enqueued_is_sent_when_the_row_is_committed(enqueued_signals):
+    with transaction.atomic():
+        committed = tasks.greet.enqueue("Ada")
+        assert enqueued_signals == []  # the caller may still roll back
+    assert enqueued_signals == [committed.id]
+    with pytest.raises(RuntimeError), transaction.atomic():
+        tasks.greet.enqueue("Bob")
+        raise RuntimeError("roll back")
+    with transaction.atomic():
+        with pytest.raises(RuntimeError), transaction.atomic():  # a savepoint rolled back
+            tasks.greet.enqueue("Cy")
+            raise RuntimeError("roll back the savepoint")
+        kept = tasks.greet.enqueue("Di")
+    assert enqueued_signals == [committed.id, kept.id]
+    assert Job.objects.count() == 2
+    at_once = tasks.greet.enqueue("Eve")  # autocommit: committed by the INSERT
+    assert enqueued_signals[-1] == at_once.id
+
+
+def test_task_enqueued_under_manual_transactions_is_sent_at_once(enqueued_signals):
+    transaction.set_autocommit(False)
+    try:
+        enqueued = tasks.greet.enqueue("Ada")
+        assert enqueued_signals == [enqueued.id]  # Django cannot tell when the caller commits
+        transaction.commit()
+    finally:
+        transaction.set_autocommit(True)
+    assert enqueued_signals == [enqueued.id]
+
+
+def test_a_task_enqueued_receiver_that_raises_fails_neither_enqueue_nor_commit(caplog):
+    def failing(sender, task_result, **kwargs):
+        raise RuntimeError("receiver failed")
+
+    tf.task_enqueued.connect(failing)
+    try:
+        with transaction.atomic():
+            enqueued = tasks.greet.enqueue("Ada")
+    finally:
+        tf.task_enqueued.disconnect(failing)
+    assert Job.objects.filter(id=int(enqueued.id)).exists()
+    assert "receiver failed" in caplog.text
+
+
+def test_a_result_reports_the_alias_it_was_enqueued_through():
+    enqueued = tasks.greet.using(backend="atomic").enqueue("Ada")
+    for reader in ("default", "atomic"):
+        result = backend(reader).get_result(enqueued.id)
+        assert (result.backend, result.task.backend) == ("atomic", "atomic"), reader
+    assert tasks.greet.get_result(enqueued.id).backend == "atomic"  # read through "default"
+    plain = tasks.greet.enqueue("Bob")
+    assert backend("atomic").get_result(plain.id).backend == "default"
 
 
 @pytest.mark.parametrize(

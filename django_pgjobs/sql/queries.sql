@@ -287,11 +287,11 @@ RETURNING id;
 SELECT * FROM (
     (SELECT 0 AS source, id, name, queue, priority, args, kwargs, status, result, errors,
             attempts, max_attempts, created_at, run_after, started_at, finished_at, worker,
-            keep_result
+            keep_result, task_backend
      FROM pgjobs_job WHERE id = %(id)s)
     UNION ALL
     (SELECT 1, job_id, name, queue, priority, args, kwargs, 'failed', NULL, errors, attempts,
-            max_attempts, created_at, NULL, started_at, failed_at, '', keep_result
+            max_attempts, created_at, NULL, started_at, failed_at, '', keep_result, task_backend
      FROM pgjobs_deadletter WHERE job_id = %(id)s
      ORDER BY failed_at DESC, id DESC
      LIMIT 1)

@@ -1,6 +1,8 @@
 """What a failed attempt leads to: another attempt after a delay, or the dead letters.
 
-In order: ``Discard`` dead-letters at once; ``Retry`` runs the job again after its ``after``
+In order: a return value that could not be kept (``ResultNotJSON``) dead-letters at once: the
+job ran to its end, its side effects happened, and it would return the same again;
+``Discard`` dead-letters at once; ``Retry`` runs the job again after its ``after``
 (the job's backoff when None), or dead-letters it when that was the last attempt (the attempt
 is spent: attempts are counted at claim, so a handler that always asks cannot loop forever);
 an exception of the job's ``discard_on`` dead-letters at once, and so does one outside its
@@ -13,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..operations import ClaimedJob
+from ..payload import ResultNotJSON
 from ..registry import JobDefinition
 from ..retries import Discard, Retry
 
@@ -30,6 +33,11 @@ def decide(
 ) -> Decision:
     """``summary``: the stored error in one line (type: message), secrets hidden."""
     attempts = f"({job.attempts}/{job.max_attempts})"
+    if isinstance(error, ResultNotJSON):
+        return Decision(
+            reason=f"its result cannot be stored, not retried (the job ran: another attempt "
+            f"would repeat its work and fail the same way): {summary}"
+        )
     if isinstance(error, Discard):
         return Decision(reason=f"discarded by the job: {summary}")
     if isinstance(error, Retry):

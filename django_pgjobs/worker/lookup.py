@@ -1,6 +1,7 @@
 """Which definition a claimed row runs with: a ``@job`` row by the registry (only registered
-jobs run), a task row (``task_backend`` set) by its ``django.tasks`` backend, which imports the
-row's module path and accepts only a Task (``backend.definition_for_row``)."""
+jobs run), a task row (``task_backend`` set) by its ``django.tasks`` backend, which looks the
+row's module path up among the modules already imported, never importing one, and accepts only a
+Task (``backend.definition_for_row``)."""
 
 from __future__ import annotations
 

@@ -217,3 +217,10 @@ def abort_self_then_fail(label: str) -> None:
     _record(label)
     abort(current_job().id, requested_by="the job itself")
     raise ValueError("failed after its abort was requested")
+
+
+@job(keep_result=True, max_attempts=3, retry=RetryPolicy(base_seconds=0.1, cap_seconds=0.1))
+def record_then_return_a_set(label: str) -> set:
+    """Record one execution, then return what JSON cannot hold: its result cannot be kept."""
+    _record(label)
+    return {label}

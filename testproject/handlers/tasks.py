@@ -4,6 +4,8 @@ them; ``TASKS`` in testproject/settings.py points them at ``PgJobsBackend``."""
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime, timezone
+from decimal import Decimal
 
 from django.db.models import F
 
@@ -62,3 +64,15 @@ async def aadd_points_failing_first(context, counter: str, points: int) -> int:
     if context.attempt == 1:
         raise RuntimeError("the first attempt fails after its write")
     return (await Counter.objects.aget(name=counter)).value
+
+
+@task(queue_name="tasks")
+def add_points_returning(counter: str, points: int, kind: str) -> object:
+    # Does its work, then returns what JSON cannot hold: the task is FAILED at once
+    # (ResultNotJSON), and no retry adds the points again.
+    Counter.objects.filter(name=counter).update(value=F("value") + points)
+    if kind == "datetime":
+        return datetime.now(timezone.utc)
+    if kind == "decimal":
+        return Decimal(points)
+    return {points}  # a set
