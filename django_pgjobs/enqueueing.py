@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from datetime import timedelta
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections
@@ -102,6 +101,17 @@ def _notify_after_commit(alias: str, queue: str) -> None:
         _delivered(alias, queue)
 
 
+def _wake_after_commit(alias: str, queue: str):
+    """The on_commit callback for one wake-up: a named function, not a functools.partial
+    (Django 5.2 logs a failed robust callback by its ``__qualname__``, which a partial lacks, so
+    the logging itself would raise out of the caller's commit)."""
+
+    def wake_queue_after_commit() -> None:
+        _notify_after_commit(alias, queue)
+
+    return wake_queue_after_commit
+
+
 def _wakes_after_commit(connection) -> bool:
     """Inside ``transaction.atomic()`` the wake-up goes out after the commit, not with the
     INSERT: a NOTIFY in the caller's transaction would hold the cluster-wide notify lock through
@@ -135,9 +145,7 @@ def enqueue_definition(definition: JobDefinition, args: tuple | list, kwargs: di
         if after_commit and row["run_after"] <= row["created_at"]:  # due now
             # discarded with the job if the transaction (or its savepoint) rolls back; the
             # skip rule is applied at the commit, against notifications really delivered
-            connection.on_commit(
-                partial(_notify_after_commit, connection.alias, params["queue"]), robust=True
-            )
+            connection.on_commit(_wake_after_commit(connection.alias, params["queue"]), robust=True)
         sent = [(list(args), dict(kwargs), params["unique_key"])]
         (job,) = _jobs_from_inserted(
             [row["id"]],

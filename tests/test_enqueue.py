@@ -125,3 +125,26 @@ def test_arguments_round_trip_as_json():
     payload = {"user": 1, "tags": ["a", "é"], "ratio": 0.5, "none": None, "ok": True}
     job = record.enqueue(json.dumps(payload), sleep=0)
     assert Job.objects.get(pk=job.pk).args == [json.dumps(payload)]
+
+
+def test_a_wake_up_that_fails_after_the_commit_does_not_fail_the_caller(other_connection, caplog):
+    """The wake-up of a job enqueued in transaction.atomic() is sent by an on_commit callback;
+    when it cannot be sent (here the connection is ended between the commit and the callback),
+    the job is committed all the same, the caller sees no error, and the failure is logged (on
+    Django 5.2 the logging of a failed robust callback reads the callback's __qualname__)."""
+    from django.db import connection
+
+    connection.ensure_connection()
+    pid = connection.connection.info.backend_pid
+
+    def end_the_connection() -> None:
+        other_connection.execute("SELECT pg_terminate_backend(%s)", [pid])
+
+    with transaction.atomic():
+        transaction.on_commit(end_the_connection)  # runs before the wake-up's callback
+        job = record.enqueue("woken or not")
+    assert other_connection.execute(
+        "SELECT count(*) FROM pgjobs_job WHERE id = %s", [job.pk]
+    ).fetchone() == (1,)
+    assert "in on_commit()" in caplog.text
+    connection.close()
