@@ -6,6 +6,7 @@ it; pausing a queue whose name ``enqueue()`` would refuse still works.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from datetime import timedelta
@@ -312,7 +313,10 @@ def dashboard_form(client: Client, queue: str) -> tuple[str, dict]:
     page = client.get(reverse("admin:django_pgjobs_job_dashboard")).content.decode()
     forms = re.findall(r'<form method="post" action="([^"]*)">(.*?)</form>', page, re.S)
     for action, body in forms:
-        fields = dict(re.findall(r'name="([^"]+)" value="([^"]*)"', body))
+        fields = {
+            name: html.unescape(value)
+            for name, value in re.findall(r'name="([^"]+)" value="([^"]*)"', body)
+        }
         if fields.get("queue") == queue:
             return action, fields
     raise AssertionError(f"no pause/resume form for {queue!r}")
@@ -339,6 +343,15 @@ def test_pause_and_resume_a_queue_named_with_a_slash(superuser, other_connection
     worker = start_worker("--burst")
     assert worker.wait(timeout=60) == 0, worker.output()
     assert not Job.objects.filter(pk=job_id).exists()
+
+
+@pytest.mark.parametrize("queue", ["..", "a\nb", "x?y#z", "%2F", XSS])
+def test_pause_and_resume_any_queue_name_from_the_dashboard(admin_client, other_connection, queue):
+    hand_job(other_connection, queue=queue)
+    for paused in (True, False):
+        action, fields = dashboard_form(admin_client, queue)
+        assert admin_client.post(action, fields).status_code == 302
+        assert QueueState.objects.get(name=queue).paused is paused
 
 
 def test_pause_refuses_a_new_name_enqueue_would_refuse(admin_client):
