@@ -290,8 +290,8 @@ class JobRowAdmin(OperatorAdmin):
         return preview.html(reverse(self.url_name("value"), args=[obj.pk, column]))
 
     def stored_text(self, pk: int, column: str) -> str | None:
-        """PostgreSQL's text of one JSON column of one row (``DoesNotExist`` without the row)."""
-        return self.rows().values_list(values.stored_text(column), flat=True).get(pk=pk)
+        """PostgreSQL's text of one JSON column of one row (None: NULL, or the row is gone)."""
+        return self.rows().filter(pk=pk).values_list(values.stored_text(column), flat=True).first()
 
     def get_object(self, request, object_id, from_field=None):
         """The row of a detail page, its JSON columns read as bounded text (``values``): a
