@@ -14,6 +14,7 @@ The job row itself keeps the real arguments, so a requeued job still runs.
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -124,6 +125,36 @@ def redact_job_call(name: str, args: Any, kwargs: Any) -> tuple[Any, Any, set[st
     except registry.UnknownJobError:
         func = None
     return redact_call(func, args, kwargs, redacted_keys())
+
+
+def may_redact(stored_text: str, name: str | None = None) -> bool:
+    """Whether redaction could change what ``stored_text`` shows: PostgreSQL's text of a JSON
+    value (``value::text``), or any prefix of it. With ``name``, the value is an argument of
+    that job.
+
+    True when a redacted key appears in the text as a quoted string (compared as ``_redact``
+    compares keys: lowered, in PostgreSQL's escaping, which is JSON's) or when the job's
+    function has a parameter with a redacted name (its arguments are redacted by position).
+    False means the text can be shown as it is. A secret value follows its key, so a prefix
+    that holds part of a secret holds the key too: the admin can show the head of a long value
+    without reading the rest.
+    """
+    keys = redacted_keys()
+    if not keys:
+        return False
+    if name is not None and _takes_secret_parameter(name, keys):
+        return True
+    folded = stored_text.lower()
+    return any(json.dumps(key, ensure_ascii=False) in folded for key in keys)
+
+
+def _takes_secret_parameter(name: str, keys: frozenset[str]) -> bool:
+    try:
+        func = registry.get(name).func
+        parameters = inspect.signature(func).parameters
+    except (registry.UnknownJobError, TypeError, ValueError):
+        return False
+    return any(parameter.lower() in keys for parameter in parameters)
 
 
 def hide(text: str, secrets: Iterable[str]) -> str:

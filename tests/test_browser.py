@@ -1,7 +1,7 @@
 """The admin in a real browser: Playwright driving Debian's headless Chromium.
 
 Logs in, reads the dashboard, filters the jobs list, requeues a dead letter and finds the job
-back in the backlog. Needs ``/usr/bin/chromium`` (``apt-get install chromium``) and the
+back in the backlog; pauses a queue named with a "/" and opens a megabyte argument. Needs ``/usr/bin/chromium`` (``apt-get install chromium``) and the
 ``browser`` extra (``pip install playwright``); Playwright's own browser download is not used.
 
 ``PGJOBS_SCREENSHOTS=1`` also writes the screenshots of the docs to docs/img/. Without Playwright
@@ -10,6 +10,7 @@ or Chromium the test is skipped, unless ``PGJOBS_REQUIRE_BROWSER=1`` (CI): then 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -167,3 +168,37 @@ def test_abort_a_running_job_in_a_browser(
     expect(page.locator("#result_list")).to_contain_text("Aborted")
     worker.signal(signal.SIGTERM)
     assert worker.wait(timeout=60) == 0, worker.output()
+
+
+def test_hand_made_queue_names_and_long_values_in_a_browser(
+    live_server, browser_page, django_user_model
+):
+    """A queue named with a "/" (a row written around enqueue()) is listed and paused from the
+    dashboard; a job with a megabyte of arguments opens on a page of a few kilobytes, whose link
+    opens the whole value."""
+    queue = "reports/daily"
+    Job.objects.create(name="testproject.demo.jobs.record", queue=queue, args=["by hand"])
+    rows = [{"row": i, "sku": f"sku-{i:06d}", "tags": ["red", "large"]} for i in range(20000)]
+    long = Job.objects.create(name="testproject.demo.jobs.record", args=rows, kwargs={"n": 1})
+    django_user_model.objects.create_superuser("operator", "op@example.com", PASSWORD)
+    page = browser_page
+    expect = sync_api.expect
+
+    log_in(page, live_server.url, "/admin/django_pgjobs/job/dashboard/")
+    row = page.locator(f'tr[id="queue-{queue}"]')
+    expect(row).to_contain_text(queue)
+    row.locator("button", has_text="Pause").click()
+    expect(page.locator(".messagelist")).to_contain_text(f"Paused queue {queue}.")
+    expect(row.locator(".pgjobs-paused")).to_have_text("paused")
+    screenshot(page, "hand-made-queue.png", full_page=True)
+
+    response = page.goto(f"{live_server.url}/admin/django_pgjobs/job/{long.pk}/change/")
+    assert len(response.body()) < 64 * 1024
+    more = page.locator(".field-arguments .pgjobs-more")
+    expect(more).to_contain_text("more bytes not shown")
+    expect(page.locator(".field-arguments pre")).to_contain_text("sku-000000")
+    screenshot(page, "long-value.png", full_page=True)
+    with page.expect_navigation():
+        more.get_by_role("link", name="Open the whole value").click()
+    whole = page.evaluate("document.body.innerText")
+    assert json.loads(whole) == rows

@@ -11,8 +11,9 @@ model permissions Django already creates:
 
 from __future__ import annotations
 
+import json
+
 from django.contrib import admin, messages
-from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import IGNORED_PARAMS, ChangeList
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
@@ -20,12 +21,11 @@ from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.urls import path, reverse
 from django.utils.functional import cached_property
-from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from .. import db
 from ..conf import get_config
-from . import display, overview
+from . import display, overview, values
 from .overview import COUNT_CAP
 
 #: Largest number of rows one bulk action touches ("select all" on a huge filter included); the
@@ -245,6 +245,7 @@ class JobRowAdmin(OperatorAdmin):
 
     row_actions: dict = {}
     dead_letters = False  # rows of pgjobs_deadletter (their timeline ends with the death)
+    json_columns: tuple[str, ...] = ("args", "kwargs")  # shown bounded, whole through value_view
 
     change_form_template = "admin/django_pgjobs/job_change_form.html"
     change_list_template = "admin/django_pgjobs/change_list.html"
@@ -268,13 +269,69 @@ class JobRowAdmin(OperatorAdmin):
 
     @admin.display(description="args")
     def arguments(self, obj):
-        args, _ = display.redact_call(obj.name, obj.args, obj.kwargs)
-        return format_html('<pre class="pgjobs-pre">{}</pre>', display.pretty_json(args))
+        return self.json_column(obj, "args")
 
     @admin.display(description="kwargs")
     def keyword_arguments(self, obj):
-        _, kwargs = display.redact_call(obj.name, obj.args, obj.kwargs)
-        return format_html('<pre class="pgjobs-pre">{}</pre>', display.pretty_json(kwargs))
+        return self.json_column(obj, "kwargs")
+
+    def json_column(self, obj, column: str) -> str:
+        """A JSON column of ``obj`` (read by ``get_object``) as its detail page shows it: whole
+        when short, else its head and a link to ``value_view`` (see ``values``)."""
+        redact, needs_redaction = values.redactor(column, obj.name)
+        head, total_bytes = json.loads(getattr(obj, f"{column}_preview"))
+        preview = values.Preview.of(
+            head,
+            total_bytes,
+            redact=redact,
+            needs_redaction=needs_redaction,
+            whole_text=lambda: self.stored_text(obj.pk, column),
+        )
+        return preview.html(reverse(self.url_name("value"), args=[obj.pk, column]))
+
+    def stored_text(self, pk: int, column: str) -> str | None:
+        """PostgreSQL's text of one JSON column of one row (None: NULL, or the row is gone)."""
+        return self.rows().filter(pk=pk).values_list(values.stored_text(column), flat=True).first()
+
+    def get_object(self, request, object_id, from_field=None):
+        """The row of a detail page, its JSON columns read as bounded text (``values``): a
+        megabyte argument costs a few kilobytes, and JSON that Python cannot read (a hand-made
+        row) does not fail the page."""
+        pk = row_id(object_id)
+        if pk is None:
+            return None
+        return (
+            self.get_queryset(request)
+            .defer(*self.json_columns, "errors")
+            .annotate(
+                **values.preview_annotations(self.json_columns),
+                errors_text=values.stored_text("errors"),
+            )
+            .filter(pk=pk)
+            .first()
+        )
+
+    def value_view(self, request, object_id, column):
+        """The whole value of one JSON column, redacted, as ``application/json`` (the link
+        under a long value of a detail page); needs the page's view permission."""
+        require_view(self, request)
+        pk = row_id(object_id)
+        if pk is None or column not in self.json_columns:
+            raise Http404("no such value")
+        found = self.rows().filter(pk=pk).values_list("name", values.stored_text(column)).first()
+        if found is None:
+            raise Http404("no such row")
+        name, stored = found
+        try:
+            body = values.whole_value_text(stored, column, name)
+        except ValueError:
+            raise PermissionDenied("keys to redact may be inside, and it cannot be read") from None
+        response = HttpResponse(body, content_type="application/json; charset=utf-8")
+        response["Content-Disposition"] = (
+            f'inline; filename="{self.opts.model_name}-{pk}-{column}.json"'
+        )
+        response["X-Content-Type-Options"] = "nosniff"
+        return response
 
     @admin.display(description="job name")
     def job_name(self, obj):
@@ -310,23 +367,25 @@ class JobRowAdmin(OperatorAdmin):
         return [
             *self.extra_urls(),
             self.route("<path:object_id>/do/<str:action>/", self.act, "act"),
+            self.route("<path:object_id>/value/<str:column>/", self.value_view, "value"),
             *super().get_urls(),
         ]
 
-    def change_view(self, request, object_id, form_url="", extra_context=None):
-        obj = self.get_object(request, unquote(object_id))
-        extra = {}
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        # Here rather than in change_view: the row is the one Django read, not a second copy.
         if obj is not None:
-            extra = {
-                "job_errors": list(reversed(obj.errors or [])),
-                "timeline": display.timeline(obj, dead=self.dead_letters),
+            errors = display.error_entries(obj.errors_text)
+            context = {
+                "job_errors": errors[::-1],
+                "timeline": display.timeline(obj, errors, dead=self.dead_letters),
                 "job_actions": [
                     (action, reverse(self.url_name("act"), args=[obj.pk, action.name]))
                     for action in self.actions_for(request, obj)
                     if getattr(self, f"has_{action.permission}_permission")(request)
                 ],
+                **context,
             }
-        return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
 
 def refuse_mutation(model_admin, request: HttpRequest, permission: str) -> HttpResponse | None:

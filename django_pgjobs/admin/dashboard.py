@@ -14,6 +14,7 @@ from ..conf import get_config
 from ..models import DeadLetter, QueueState, Worker
 from . import display, overview
 from .base import require_view
+from .queues import with_queues_text
 
 CHART_WIDTH = 600
 CHART_HEIGHT = 120
@@ -56,7 +57,7 @@ def dashboard_view(model_admin, request):
     queues, points = overview.queue_overview(connection, dead_letters=show_dead, now=now)
     heartbeat = get_config().HEARTBEAT_SECONDS
     workers = []
-    for worker in model_admin.rows(Worker) if show_workers else ():
+    for worker in with_queues_text(model_admin.rows(Worker)) if show_workers else ():
         silent = (now - worker.last_seen_at).total_seconds()
         workers.append(
             {
@@ -64,7 +65,7 @@ def dashboard_view(model_admin, request):
                 "alive": silent <= 3 * heartbeat,
                 "last_seen": display.relative(worker.last_seen_at, now),
                 "up_for": display.duration((now - worker.started_at).total_seconds()),
-                "queues": ", ".join(worker.queues) or "all",
+                "queues": display.queue_list(worker.queues_text),
             }
         )
     widest = max((q.live for q in queues), default=0) or 1

@@ -1,4 +1,4 @@
-"""Turning rows into what an operator reads: redacted arguments, ages, error summaries.
+"""Turning rows into what an operator reads: ages, times, error entries and summaries.
 
 Everything returned here is plain text (or built with ``format_html``), so templates escape it:
 a job argument or an error message can never inject markup into the admin.
@@ -6,7 +6,6 @@ a job argument or an error message can never inject markup into the admin.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from datetime import timezone as dt_timezone
 from typing import Any
@@ -14,18 +13,8 @@ from typing import Any
 from django.utils import timezone
 from django.utils.html import format_html
 
-from ..redaction import redact_job_call
 from ..states import View
-
-
-def redact_call(name: str, args: Any, kwargs: Any) -> tuple[Any, Any]:
-    """``args`` and ``kwargs`` of a job as the admin shows them (see ``redaction``)."""
-    args, kwargs, _ = redact_job_call(name, args, kwargs)
-    return args, kwargs
-
-
-def pretty_json(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+from .values import UNREADABLE, compact, loads
 
 
 def duration(seconds: float | None) -> str:
@@ -55,8 +44,12 @@ def aware(moment: datetime) -> datetime:
 
 
 def local(moment: datetime) -> datetime:
-    """``moment`` in the current time zone, whatever ``USE_TZ`` says."""
-    return timezone.localtime(aware(moment))
+    """``moment`` in the current time zone, whatever ``USE_TZ`` says; as it is when that zone
+    cannot hold it (a hand-made ``9999-12-31 23:00 UTC`` is past ``datetime.max`` in UTC+2)."""
+    try:
+        return timezone.localtime(aware(moment))
+    except OverflowError:
+        return aware(moment)
 
 
 def relative(moment: datetime | None, now: datetime | None = None) -> str:
@@ -120,16 +113,54 @@ def badge(view: str) -> str:
     )
 
 
-def timeline(row: Any, *, dead: bool = False) -> list[dict[str, Any]]:
-    """What happened to a job, oldest first: enqueued, each failed attempt, claims, the end."""
+ERROR_FIELDS = ("at", "attempt", "type", "message", "traceback", "worker")
+
+
+def error_entries(stored_text: str | None) -> list[dict[str, str]]:
+    """A row's ``errors`` column (PostgreSQL's text of it) as entries of text, oldest first.
+
+    Workers write a list of objects with ``ERROR_FIELDS``; a row written by hand can hold any
+    JSON there. What is not such a list is shown as it is: an object as one entry, a scalar or
+    a list item that is no object as an entry whose message is its JSON, missing keys empty,
+    values that are not text as their JSON, a value Python cannot read as its stored text.
+    """
+    value = loads(stored_text)
+    if value is UNREADABLE:
+        return [{**dict.fromkeys(ERROR_FIELDS, ""), "message": compact(stored_text, 2000)}]
+    if value is None:
+        return []
+    entries = []
+    for item in value if isinstance(value, list) else [value]:
+        if not isinstance(item, dict):
+            item = {"message": item}
+        entries.append(
+            {
+                key: "" if item.get(key) is None else compact(item[key], 20_000)
+                for key in ERROR_FIELDS
+            }
+        )
+    return entries
+
+
+def queue_list(stored_text: str | None) -> str:
+    """A worker's ``queues`` column (PostgreSQL's text of it) for a table cell: the names, or
+    "all" for an empty list; anything but a list of names is shown as its JSON."""
+    value = loads(stored_text)
+    if isinstance(value, list) and all(isinstance(name, str) for name in value):
+        return ", ".join(value) or "all"
+    return compact(stored_text or "null")
+
+
+def timeline(row: Any, errors: list[dict[str, str]], *, dead: bool = False) -> list[dict[str, Any]]:
+    """What happened to a job, oldest first: enqueued, each failed attempt (``errors``, from
+    ``error_entries``), claims, the end."""
     events: list[dict[str, Any]] = [{"at": row.created_at, "what": "enqueued", "detail": ""}]
-    for error in row.errors or []:
-        at = _parse(error.get("at"))
+    for error in errors:
         events.append(
             {
-                "at": at,
-                "what": f"attempt {error.get('attempt', '?')} failed",
-                "detail": error_summary(error.get("type"), error.get("message")),
+                "at": _parse(error["at"]),
+                "what": f"attempt {error['attempt'] or '?'} failed",
+                "detail": error_summary(error["type"], error["message"]),
             }
         )
     if dead:
@@ -162,10 +193,10 @@ def _sorted(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(events, key=lambda e: e["at"] or floor)
 
 
-def _parse(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
+def _parse(value: str) -> datetime | None:
+    """An error's time, or None when it is no time this page can show (a hand-made row:
+    ``0001-01-01T00:00+14:00`` is before ``datetime.min`` in any other zone)."""
     try:
-        return datetime.fromisoformat(value)
-    except ValueError:
+        return timezone.localtime(aware(datetime.fromisoformat(value)))
+    except (ValueError, OverflowError):
         return None

@@ -14,7 +14,6 @@ from django.utils.html import format_html
 
 from .. import registry
 from ..models import view_condition
-from ..redaction import redact_value
 from ..states import Status, View
 from . import display
 from .actions import JOB_ACTIONS, JOB_ACTIONS_BY_FILTER, Action, bulk_actions
@@ -117,6 +116,7 @@ class JobAdmin(JobRowAdmin):
     )
     actions = bulk_actions(JOB_ACTIONS)
     row_actions = JOB_ACTIONS
+    json_columns = ("args", "kwargs", "result")
     fieldsets = (
         (None, {"fields": ("id", "name", "queue", "state", "priority", "unique_key")}),
         (
@@ -191,10 +191,8 @@ class JobAdmin(JobRowAdmin):
 
     @admin.display(description="last error")
     def last_error(self, obj):
-        if hasattr(obj, "last_error_type"):
-            return display.error_summary(obj.last_error_type, obj.last_error_message, 100)
-        error = obj.last_error or {}
-        return display.error_summary(error.get("type"), error.get("message"), 100)
+        # annotated by JobChangeList: NULL where the last entry is no object with these keys
+        return display.error_summary(obj.last_error_type, obj.last_error_message, 100)
 
     @admin.display(description="worker / lease")
     def worker_and_lease(self, obj):
@@ -220,8 +218,7 @@ class JobAdmin(JobRowAdmin):
             return "not kept (the job was enqueued without keep_result)"
         if obj.status != Status.SUCCESSFUL:
             return "kept when the job succeeds"
-        shown = redact_value(obj.result)  # REDACT_KEYS, as for arguments
-        return format_html('<pre class="pgjobs-pre">{}</pre>', display.pretty_json(shown))
+        return self.json_column(obj, "result")  # REDACT_KEYS, as for arguments
 
     # -- detail and actions -----------------------------------------------------------------------
 
@@ -236,7 +233,7 @@ class JobAdmin(JobRowAdmin):
 
     def act_on(self, request, object_id, spec: Action):
         """Run one action on one job (the buttons of the job page)."""
-        job = self.rows().filter(pk=object_id).first()
+        job = self.rows().only("status", "attempts", "run_after").filter(pk=object_id).first()
         if job is None:
             messages.warning(request, f"Job #{object_id} no longer exists.")
             return HttpResponseRedirect(reverse(self.url_name("changelist")))

@@ -7,9 +7,9 @@ from django.http import Http404, HttpResponseRedirect
 from django.urls import reverse
 from django.utils import timezone
 
-from .. import operations, registry
+from .. import db, operations
 from ..conf import get_config
-from . import display
+from . import display, overview, values
 from .base import OperatorAdmin, plural, refuse_mutation, safe_next
 
 
@@ -21,35 +21,41 @@ class QueueStateAdmin(OperatorAdmin):
     actions = ("pause", "resume")
 
     def get_urls(self):
+        # The queue's name is a POST field (the dashboard's buttons): a name can hold any text,
+        # "/" or ".." included, which no URL path carries safely. The forms with the name in
+        # the path stay for links built with it (names that fit a path).
         return [
-            self.route("<str:name>/pause/", self.pause_view, "pause"),
-            self.route("<str:name>/resume/", self.resume_view, "resume"),
+            self.route("pause/", self.pause_view, "pause"),
+            self.route("resume/", self.resume_view, "resume"),
+            self.route("<path:name>/pause/", self.pause_view, "pause"),
+            self.route("<path:name>/resume/", self.resume_view, "resume"),
             *super().get_urls(),
         ]
 
-    def _set_paused(self, request, name: str, paused: bool):
+    def _set_paused(self, request, name: str | None, paused: bool):
         refused = refuse_mutation(self, request, "operate")
         if refused:
             return refused
+        if name is None:
+            name = request.POST.get("queue")
         try:
-            registry.check_queue(name)
+            set_queue_paused(self.connection(), name, paused)
         except ValueError:
             raise Http404("no such queue") from None
-        operations.set_queue_paused(self.connection(), name, paused)
         messages.success(request, f"{'Paused' if paused else 'Resumed'} queue {name}.")
         dashboard = reverse(self.url_name("dashboard", model_name="job"))
         return HttpResponseRedirect(safe_next(request, dashboard))
 
-    def pause_view(self, request, name):
+    def pause_view(self, request, name=None):
         return self._set_paused(request, name, True)
 
-    def resume_view(self, request, name):
+    def resume_view(self, request, name=None):
         return self._set_paused(request, name, False)
 
     def _bulk(self, request, queryset, paused: bool):
         names = list(queryset.values_list("name", flat=True))
         for name in names:
-            operations.set_queue_paused(self.connection(), name, paused)
+            set_queue_paused(self.connection(), name, paused)
         verb = "Paused" if paused else "Resumed"
         messages.success(request, f"{verb} {plural(len(names), 'queue')}.")
 
@@ -76,10 +82,15 @@ class WorkerAdmin(OperatorAdmin):
         "alive",
     )
     ordering = ("hostname", "pid")
+    fields = ("id", "hostname", "pid", "serves", "concurrency", "started_at", "last_seen_at")
+    readonly_fields = fields
+
+    def get_queryset(self, request):
+        return with_queues_text(super().get_queryset(request))
 
     @admin.display(description="queues")
     def serves(self, obj):
-        return ", ".join(obj.queues) or "all"
+        return display.queue_list(obj.queues_text)
 
     @admin.display(description="up for")
     def up_for(self, obj):
@@ -93,3 +104,20 @@ class WorkerAdmin(OperatorAdmin):
     def alive(self, obj):
         silent = (timezone.now() - obj.last_seen_at).total_seconds()
         return silent <= 3 * get_config().HEARTBEAT_SECONDS
+
+
+def with_queues_text(workers):
+    """Workers with their ``queues`` read as text (``queues_text``, for ``display.queue_list``):
+    a hand-made row may hold JSON there that Python cannot read, which fails the ORM."""
+    return workers.defer("queues").annotate(queues_text=values.stored_text("queues"))
+
+
+def set_queue_paused(connection, name: str | None, paused: bool) -> None:
+    """``operations.set_queue_paused``, which refuses a name ``enqueue()`` refuses, except for
+    a queue some row already names (``a/b``, written around the API): pausing is how an
+    operator stops it. Another such name raises ``ValueError``: a mistyped or forged name
+    makes no new queue."""
+    if isinstance(name, str) and name in overview.queue_names(connection):
+        db.execute(connection, "set_queue_paused", {"name": name, "paused": paused})  # same SQL
+    else:
+        operations.set_queue_paused(connection, name, paused)

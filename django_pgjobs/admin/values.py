@@ -1,0 +1,180 @@
+"""JSON columns as the admin shows them: read as PostgreSQL's text, bounded, redacted.
+
+A job's arguments or result can weigh megabytes, and a row written by hand can hold any JSON
+at all: a number of 5,000 digits or an array nested 3,000 deep, which Python's ``json`` refuses
+(and with it the ORM, failing the page). So the detail pages never load these columns through
+the ORM: they read ``left(column::text, PREVIEW_CHARS)`` and ``octet_length(column::text)``
+(``preview_annotations``), pretty-print a value that fits, show the head of one that does not
+with how many bytes are left, and link to a view that returns the whole value as JSON.
+
+Redaction (``PGJOBS["REDACT_KEYS"]``) applies to all of it: a head in which no redacted key
+appears is shown as it is (``redaction.may_redact``); otherwise the value is read whole,
+redacted, and cut.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Func, TextField
+from django.db.models.functions import Cast
+from django.utils.html import format_html
+
+from .. import redaction
+
+#: Characters of a long value shown on its detail page (about 4 KB of JSON).
+PREVIEW_CHARS = 4096
+UNREADABLE = object()
+
+
+def stored_text(column: str) -> Cast:
+    """``column::text``: PostgreSQL's JSON text, which Python gets as a plain string."""
+    return Cast(column, TextField())
+
+
+class HeadAndSize(Func):
+    """``[left(column::text, PREVIEW_CHARS), octet_length(column::text)]`` as JSON text. The
+    column is printed once (a megabyte takes milliseconds to print): ``OFFSET 0`` keeps
+    PostgreSQL from inlining the subquery, which would print it once per use."""
+
+    template = (
+        "(SELECT json_build_array(left(stored.text, %(chars)d), octet_length(stored.text))::text "
+        "FROM (SELECT %(expressions)s::text AS text OFFSET 0) AS stored)"
+    )
+    output_field = TextField()
+
+    def __init__(self, column: str) -> None:
+        super().__init__(column, chars=PREVIEW_CHARS)
+
+
+def preview_annotations(columns) -> dict[str, Any]:
+    """Annotations giving each JSON column's head and size in bytes (``<column>_preview``:
+    JSON text of ``[head, bytes]``, both null for SQL NULL), for ``Preview.of``."""
+    return {f"{column}_preview": HeadAndSize(column) for column in columns}
+
+
+def loads(text: str | None) -> Any:
+    """The JSON value of ``text``, or ``UNREADABLE`` when Python cannot read it (an integer past
+    ``sys.get_int_max_str_digits()``, nesting past the recursion limit)."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return UNREADABLE
+
+
+def compact(value: Any, limit: int = 200) -> str:
+    """A short one-line text of any value (a string as it is), for table cells."""
+    if isinstance(value, str):
+        text = value
+    else:
+        try:
+            text = json.dumps(value, ensure_ascii=False)
+        except (TypeError, ValueError, RecursionError):
+            text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def pretty(value: Any) -> str | None:
+    """``value`` indented, keys sorted; None when it nests too deep to print."""
+    try:
+        return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+    except (RecursionError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What a detail page shows of one JSON column."""
+
+    text: str
+    more_bytes: int = 0  # bytes of the value not shown
+    total_bytes: int = 0
+
+    @classmethod
+    def of(
+        cls,
+        head: str | None,
+        total_bytes: int | None,
+        *,
+        redact: Callable[[Any], Any],
+        needs_redaction: Callable[[str], bool],
+        whole_text: Callable[[], str | None],
+    ) -> Preview:
+        """The preview of a column whose first ``PREVIEW_CHARS`` characters are ``head`` and
+        whose text weighs ``total_bytes``. ``redact`` redacts a value, ``needs_redaction``
+        tells whether a text may hold something to redact, ``whole_text`` reads the column
+        whole (only called when the head must be redacted and is not the whole value)."""
+        if head is None:
+            return cls("(none: SQL NULL)")
+        head_bytes = len(head.encode())
+        if head_bytes >= (total_bytes or 0):
+            return cls._whole(head, redact, needs_redaction)
+        if not needs_redaction(head):
+            return cls(head, total_bytes - head_bytes, total_bytes)
+        value = loads(whole_text())
+        if value is UNREADABLE:
+            return cls("(not shown: keys to redact may be inside, and the value cannot be read)")
+        shown = json.dumps(redact(value), ensure_ascii=False)  # PostgreSQL's separators
+        shown_bytes = len(shown.encode())
+        cut = shown[:PREVIEW_CHARS]
+        return cls(cut, shown_bytes - len(cut.encode()), shown_bytes)
+
+    @classmethod
+    def _whole(cls, text: str, redact, needs_redaction) -> Preview:
+        value = loads(text)
+        if value is not UNREADABLE:
+            shown = pretty(redact(value))
+            if shown is not None:
+                return cls(shown)
+        if needs_redaction(text):
+            return cls("(not shown: keys to redact may be inside, and the value cannot be read)")
+        return cls(text)  # as PostgreSQL prints it
+
+    def html(self, whole_url: str) -> str:
+        if not self.more_bytes:
+            return format_html('<pre class="pgjobs-pre">{}</pre>', self.text)
+        return format_html(
+            '<pre class="pgjobs-pre">{}…</pre><p class="pgjobs-more">{} more bytes not shown '
+            '(the first {} characters of {} bytes). <a href="{}">Open the whole value</a> '
+            "(JSON).</p>",
+            self.text,
+            f"{self.more_bytes:,}",
+            f"{len(self.text):,}",
+            f"{self.total_bytes:,}",
+            whole_url,
+        )
+
+
+def redactor(column: str, name: str) -> tuple[Callable[[Any], Any], Callable[[str], bool]]:
+    """(redact, needs_redaction) for a column of the job ``name``: positional arguments are
+    redacted by their parameter's name, keyword arguments and results by key."""
+    if column == "args":
+        return (
+            lambda value: redaction.redact_job_call(name, value, {})[0],
+            lambda text: redaction.may_redact(text, name),
+        )
+    if column == "kwargs":
+        return (
+            lambda value: redaction.redact_job_call(name, [], value)[1],
+            lambda text: redaction.may_redact(text, name),
+        )
+    return redaction.redact_value, redaction.may_redact
+
+
+def whole_value_text(stored: str | None, column: str, name: str) -> str:
+    """The whole value of a column as the full-value view returns it: the stored text when
+    nothing in it is redacted, else the value redacted (``null`` for SQL NULL)."""
+    if stored is None:
+        return "null"
+    redact, needs_redaction = redactor(column, name)
+    if not needs_redaction(stored):
+        return stored
+    value = loads(stored)
+    if value is UNREADABLE:
+        raise ValueError("the value cannot be read to redact it")
+    return json.dumps(redact(value), ensure_ascii=False)
