@@ -80,6 +80,21 @@ class Shutdown:
                 len(self.worker.held),
             )
 
+    def say_what_is_left_behind(self) -> None:
+        """The jobs the worker exits without waiting for: threads stuck in timed-out jobs, async
+        tasks still running (given up on at their timeout or abort, or at the grace's end)."""
+        worker = self.worker
+        threads = sum(1 for executor in worker.timeouts.stuck if executor.thread.is_alive())
+        tasks = worker.executors.async_executor.tasks_left(worker.timeouts.stuck_tasks)
+        if threads or tasks:
+            logger.warning(
+                "exiting without waiting for %d executor thread(s) stuck in timed-out jobs and "
+                "%d async task(s) still running (cancelled, given up on): they end with the "
+                "process",
+                threads,
+                tasks,
+            )
+
     def finish(self, database_down: bool = False) -> None:
         """Last acknowledgements and counts, leave the registry, let the threads go."""
         worker = self.worker
@@ -91,6 +106,7 @@ class Shutdown:
                 operations.unregister_worker(worker.db.connection(), worker.id)
             except DatabaseError as error:
                 logger.warning("could not finish cleanly: %s", one_line(error))
+        self.say_what_is_left_behind()
         worker.executors.close()
         # Idle executors exit at once; busy ones (jobs given up on after the grace period) are
         # daemon threads: wait for them briefly, in total, not per thread.
