@@ -37,7 +37,7 @@ def test_a_transaction_left_open_by_an_async_job_is_rolled_back_and_charged_to_i
     wait_until(DeadLetter.objects.exists, timeout=30)
     dead = DeadLetter.objects.get()
     assert dead.error_type == "django_pgjobs.worker.TransactionLeftOpen"
-    # the next async job of the same worker (same ORM thread) runs in autocommit again
+    # the next async job of the same worker (on the same ORM lane, reused) runs in autocommit
     demo.record_async.enqueue("next")
     wait_until(lambda: not Job.objects.exists(), timeout=30)
     assert list(Execution.objects.values_list("label", flat=True)) == ["next"]
@@ -134,3 +134,21 @@ def test_an_aborted_async_job_swallowing_its_cancellation_counts_as_stuck(start_
     dead = DeadLetter.objects.get()  # its attempt recorded when the worker gave up on it
     assert (dead.error_type, dead.attempts) == ("Aborted", 1)
     assert not Job.objects.exists()
+
+
+def _backends(prefix: str) -> list[str]:
+    labels = Execution.objects.filter(label__startswith=prefix).values_list("label", flat=True)
+    return [label.split(":")[1] for label in labels]
+
+
+def test_async_jobs_running_together_have_a_connection_each_then_reuse_them(start_worker):
+    demo.record_backend_async.enqueue_many([(f"together-{i}", 1.0) for i in range(3)])
+    worker = start_worker(env={"PGJOBS_TEST_CONN_MAX_AGE": "none"})
+    wait_until(lambda: not Job.objects.exists(), timeout=30)
+    demo.record_backend_async.enqueue_many([(f"after-{i}",) for i in range(3)])
+    wait_until(lambda: not Job.objects.exists(), timeout=30)
+    together, after = _backends("together-"), _backends("after-")
+    assert len(together) == 3 and len(set(together)) == 3, worker.output()
+    # the lanes (and their connections, kept with CONN_MAX_AGE = None) are reused
+    assert len(after) == 3 and set(after) <= set(together)
+    worker.kill()

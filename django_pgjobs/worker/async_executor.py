@@ -177,15 +177,17 @@ class AsyncExecutor:
             )
             self.running[job.id] = (job, task)
 
-    async def _execute(self, job: ClaimedJob, definition: registry.JobDefinition, lane) -> None:
+    async def _execute(
+        self, job: ClaimedJob, definition: registry.JobDefinition, lane: Lane
+    ) -> None:
         key = bind(lane)  # this task's ORM calls, and its child tasks', go to its lane
         checked = False  # the lane's connections were checked after the job
         try:
             await self._before_job(job, lane)
             result = await self._await_job(job, definition)
             left_open = None
-            if lane.orm_open():
-                left_open = await self.loop.run_in_executor(lane, lane.orm.after_job)
+            if lane.orm_open() or not lane.idle():  # (a call still running may open one)
+                left_open = await self.loop.run_in_executor(lane, lane.after_job)
             checked = True
             result = self._settle(result, left_open, lane)
         except BaseException as error:  # noqa: BLE001 - whatever happens, the job gets an outcome
@@ -196,11 +198,12 @@ class AsyncExecutor:
                 del self.running[job.id]
             if self.cancelled.get(job.id, (None,))[0] is job:
                 self.cancelled.pop(job.id, None)
-            # a lane whose check did not run (cancelled meanwhile) may hold a transaction
-            self.lanes.give_back(lane, reusable=checked)
+            # a lane whose check did not run (cancelled meanwhile), or that still runs a call of
+            # this job, may hold a transaction: it serves no other job
+            self.lanes.give_back(lane, reusable=checked and lane.idle())
         self.worker.events.put(result)
 
-    async def _before_job(self, job: ClaimedJob, lane) -> None:
+    async def _before_job(self, job: ClaimedJob, lane: Lane) -> None:
         """Close what is unusable on the lane, and send ``job_started`` there, where its
         receivers may use the ORM as they do on an executor thread. A trip to the lane's thread
         only when it holds a connection or someone listens: else nothing is open to check."""
@@ -209,7 +212,7 @@ class AsyncExecutor:
         elif lane.orm is not None:
             lane.orm.before_job(job)  # no connection open: resets its notes, runs no statement
 
-    def _prepare_lane(self, job: ClaimedJob, lane) -> None:
+    def _prepare_lane(self, job: ClaimedJob, lane: Lane) -> None:
         lane.orm.before_job(job)
         send(signals.job_started, self.worker.sender, job=job)
 
@@ -237,7 +240,7 @@ class AsyncExecutor:
             job.deadline = None  # returned: no longer watched
             reset_current_job(token)
 
-    def _settle(self, result, left_open, lane):
+    def _settle(self, result, left_open, lane: Lane):
         # a connection found dead at a job's first query costs no attempt, as for a sync job
         if isinstance(result, Failed) and lane.orm is not None and lane.orm.stale_connection_failed:
             return HandBack(result.job, result.error)

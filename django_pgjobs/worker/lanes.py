@@ -45,6 +45,7 @@ class Lane(Executor):
         # it): when that job ends its thread closes its connections and ends.
         self.retired = False
         self._calls: queue.SimpleQueue = queue.SimpleQueue()
+        self._last: Future | None = None  # calls run in order: when it is done, all are
 
     def submit(self, fn, /, *args, **kwargs) -> Future:
         if self.thread is None:
@@ -52,7 +53,17 @@ class Lane(Executor):
             self.thread.start()
         future: Future = Future()
         self._calls.put((future, fn, args, kwargs))
+        self._last = future
         return future
+
+    def idle(self) -> bool:
+        """No call submitted is still waiting or running (say, one a cancelled task stopped
+        awaiting: asgiref cannot stop it)."""
+        return self._last is None or self._last.done()
+
+    def after_job(self):
+        """(On the lane's thread.) ``ExecutorConnections.after_job`` of its connections."""
+        return self.orm.after_job()
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """The thread closes its connections and ends once the calls before this one are done."""

@@ -211,6 +211,19 @@ async def commit_across_awaits(label: str, others: int) -> None:
     await sync_to_async(transaction.set_autocommit)(True)
 
 
+@job
+async def record_backend_async(label: str, sleep: float = 0.0) -> None:
+    """Records the server process of its ORM connection (``label:pid``), then sleeps."""
+
+    def write() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            _record(f"{label}:{cursor.fetchone()[0]}")
+
+    await sync_to_async(write)()
+    await asyncio.sleep(sleep)
+
+
 @job(max_attempts=2, retry=RetryPolicy(base_seconds=2.5, cap_seconds=2.5, jitter=0))
 async def ignore_cancellation(label: str, seconds: float = 30) -> None:
     """Catches its cancellation (and any error) and goes on writing a row every 0.1 s."""
