@@ -152,3 +152,20 @@ def test_async_jobs_running_together_have_a_connection_each_then_reuse_them(star
     # the lanes (and their connections, kept with CONN_MAX_AGE = None) are reused
     assert len(after) == 3 and set(after) <= set(together)
     worker.kill()
+
+
+def test_a_timed_out_async_job_has_its_own_statement_cancelled(start_worker, other_connection):
+    demo.sleep_in_the_database_async.enqueue(30)
+    worker = start_worker()
+    wait_until(DeadLetter.objects.exists, timeout=20)
+    assert DeadLetter.objects.get().error_type == "django_pgjobs.JobTimeout"
+    sleeping = (
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE state = 'active' AND position('pg_sleep' in query) > 0 AND pid <> pg_backend_pid()"
+    )
+    # the statement ran on the job's own lane, whose server process the timeout knows
+    wait_until(lambda: count(other_connection, sleeping) == 0, timeout=5)
+    demo.record_async.enqueue("after it")
+    wait_until(lambda: not Job.objects.exists(), timeout=10)
+    assert list(Execution.objects.values_list("label", flat=True)) == ["after it"]
+    worker.kill()

@@ -224,6 +224,17 @@ async def record_backend_async(label: str, sleep: float = 0.0) -> None:
     await asyncio.sleep(sleep)
 
 
+@job(max_attempts=1, timeout=0.5)
+async def sleep_in_the_database_async(seconds: float) -> None:
+    """A long statement through ``sync_to_async``, past its timeout."""
+
+    def sleep() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_sleep(%s)", [seconds])
+
+    await sync_to_async(sleep)()
+
+
 @job(max_attempts=2, retry=RetryPolicy(base_seconds=2.5, cap_seconds=2.5, jitter=0))
 async def ignore_cancellation(label: str, seconds: float = 30) -> None:
     """Catches its cancellation (and any error) and goes on writing a row every 0.1 s."""
