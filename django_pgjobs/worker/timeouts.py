@@ -117,6 +117,10 @@ class Timeouts(MaintenanceUnit):
         """A cancelled task that goes on running: its lane serves no other job, its ORM
         connections end (its transaction rolls back, its later queries fail), and an attempt not
         recorded yet (an abort) is recorded as failed now; it counts as stuck."""
+        worker = self.worker
+        if worker.held.get(job.id) is job:  # first: a database error here repeats it all
+            self.dropping[_claim_of(job)] = job
+            worker.failures.record_failure(job, error)
         lane.retired = True
         self.stuck_tasks.append(task)
         logger.error(
@@ -128,10 +132,6 @@ class Timeouts(MaintenanceUnit):
             STUCK_TASK_SECONDS,
         )
         self._end_sessions(lane.backend_pids(), operations.terminate_backends)
-        worker = self.worker
-        if worker.held.get(job.id) is job:
-            self.dropping[_claim_of(job)] = job
-            worker.failures.record_failure(job, error)
 
     def outcome_dropped(self, item) -> bool:
         """True for the late outcome of a job already recorded as timed out."""
