@@ -40,7 +40,7 @@ STUCK_EXIT_CODE = 3
 # A cancelled async task still running this long ignores its cancellation: given up on, stuck.
 STUCK_TASK_SECONDS = 1.0
 # A cancelled async job still running this long, while the event loop has not ticked for as
-# long, blocks the loop (time.sleep, a sync call): every async job waits; count it as stuck.
+# long, blocks the loop (time.sleep, a sync call): every async job waits; the worker stops.
 BLOCKED_LOOP_SECONDS = 5.0
 WATCH_SECONDS = 0.2  # how often deadlines are checked while jobs with a timeout are held
 IDLE_WATCH_SECONDS = 1.0
