@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 
@@ -38,6 +39,16 @@ def test_a_job_past_its_timeout_is_retried_then_dead_lettered(start_worker, hand
     assert all(e["message"].startswith("timed out after 1 s") for e in dead.errors)
     wait_until(lambda: not Job.objects.exists(), timeout=20)  # the bystanders ran
     assert worker.popen.poll() is None  # still running
+    # the log line says where a stuck thread is, in a sentence that ends (the stack is in the
+    # error entry)
+    where = (
+        r", its thread still running at call_slow_api \(\S+timeouts\.py:\d+\)"
+        if handler is call_slow_api
+        else ""
+    )
+    retried = rf"\(attempt 1/2\): django_pgjobs\.JobTimeout: timed out after 1 s{where}; retrying"
+    assert re.search(retried, worker.output()), worker.output()
+    assert "running:;" not in worker.output()
     worker.signal(signal.SIGTERM)
     # a stuck sync thread does not hold up the exit
     assert worker.wait(timeout=30) == 0, worker.output()
@@ -54,6 +65,12 @@ def test_using_timeout_is_stored_on_the_row_and_applies_to_that_call(start_worke
     assert dead.timeout == 0.5  # copied to the dead letter
     assert "timed out after 0.5 s" in dead.reason
     assert "time.sleep(seconds)" in dead.errors[0]["message"]  # where the thread was stuck
+    assert "\nStack of that thread (most recent call last):\n" in dead.errors[0]["message"]
+    assert re.fullmatch(
+        r"attempts exhausted \(1/1\): django_pgjobs\.JobTimeout: timed out after 0\.5 s, its "
+        r"thread still running at call_slow_api \(\S+timeouts\.py:\d+\)",
+        dead.reason,
+    ), dead.reason
     worker.kill()
 
 

@@ -3,7 +3,7 @@
 Summary
     One dispatcher thread claims batches sized to free execution slots and hands them to
     ``concurrency`` executor threads (``async def`` jobs: to one event loop thread running up to
-    ``async_concurrency`` of them); it acknowledges successes in batches, records failures
+    ``async_concurrency`` of them, each with its own ORM lane); it acknowledges successes in batches, records failures
     (retry with backoff, or dead letter) and runs the maintenance units (lease heartbeat,
     registry touch, rescue and prune, metrics flush). A listener thread (when ``LISTEN_NOTIFY``
     is on) wakes it as soon as a job is enqueued and passes on aborts requested (``aborts.py``;
@@ -28,9 +28,10 @@ Thread ownership
     - Each executor thread owns its thread-local connections (``ExecutorConnections``); the
       dispatcher only reads which job one runs and its server pids, to end abandoned jobs.
     - The listener thread owns its own thread-local connection, in LISTEN.
-    - The event loop thread (``async_executor.py``) owns the async jobs' tasks; their ORM
-      queries run on asgiref's one sync thread, whose connections get an executor's hygiene.
-      The dispatcher reads which async jobs run and cancels one through ``cancel_async()``.
+    - The event loop thread (``async_executor.py``) owns the async jobs' tasks and their ORM
+      lanes (``lanes.py``): each running async job's ORM queries run on a lane thread of its
+      own, whose connections get an executor's hygiene. The dispatcher reads which async jobs
+      run, cancels one through ``cancel_async()``, and reads a lane's job and server pids.
     - Everything else crosses threads as messages on ``Worker.events`` (executors and listener
       to dispatcher) and ``(job, definition)`` items on the executor pool's to-do queue
       (dispatcher to executors); a stop request is a ``StopState`` any thread may set.
@@ -45,7 +46,8 @@ Guarantees
     job left open fails that job); a connection found dead before a job, or at its first
     statement, costs no attempt. "Not right now" database errors are waited out. A job past its
     timeout is a failed attempt at once, its lease no longer extended (``timeouts.py``; exit
-    status 3 at ``MAX_STUCK_THREADS`` stuck threads or a blocked event loop).
+    status 3 at ``MAX_STUCK_THREADS`` stuck threads and async tasks ignoring their
+    cancellation, or a blocked event loop).
 
 Instrumentation
     ``django_pgjobs.signals`` and the ``django_pgjobs.worker`` logger (start-up line, one line

@@ -6,11 +6,13 @@ goes to the dispatcher on the events queue exactly as an executor thread's does
 (``Succeeded``/``Failed``/``HandBack``), so fencing, retries, dead letters, acknowledgements and
 metrics are the sync jobs' own.
 
-Django's async ORM runs each query through ``sync_to_async(thread_sensitive=True)``: in a worker
-(no ``async_to_sync`` around the loop) that is asgiref's one process-wide sync thread, so every
-async job of the worker shares that thread's connections. They get an executor's hygiene there
-(``ExecutorConnections``): made fit before each job, checked after it, and a transaction found
-open after a job is rolled back and charged to that job. See ``docs/explanation/worker.md``.
+Each running job holds an ORM lane (``lanes.py``) from its start to its end: its async ORM
+queries (and whatever it runs through ``sync_to_async``) run on the lane's thread, on that
+thread's own connections, which get an executor thread's hygiene around the job
+(``ExecutorConnections``): made fit before it, checked after it, a transaction found open after
+it rolled back and charged to it. No other job's queries, start or check touch them meanwhile.
+A job cancelled (timeout, abort) that keeps running is given up on by the dispatcher
+(``timeouts.py``); its lane then serves no other job. See ``docs/explanation/worker.md``.
 """
 
 from __future__ import annotations
@@ -20,14 +22,12 @@ import logging
 import threading
 import time
 
-from asgiref.sync import sync_to_async
-
 from .. import registry, signals
 from ..conf import get_config
 from ..context import reset_current_job, set_current_job
 from ..operations import ClaimedJob
 from ..payload import dump_result
-from .connections import ExecutorConnections
+from .lanes import Lane, LanePool, bind, unbind
 from .outcomes import Failed, HandBack, Succeeded, send
 
 logger = logging.getLogger("django_pgjobs.worker")
@@ -43,11 +43,13 @@ class AsyncExecutor:
         # job id -> (job, task) of the jobs running now: written on the loop thread; the
         # dispatcher reads it (a plain dict read) to find a running job.
         self.running: dict[int, tuple[ClaimedJob, asyncio.Task]] = {}
-        self.cancelled: dict[int, BaseException] = {}  # job id -> the error to fail it with
+        # job id -> (job, the error to fail it with, when its task was cancelled): added by the
+        # dispatcher, removed by the loop when the task ends
+        self.cancelled: dict[int, tuple[ClaimedJob, BaseException, float]] = {}
         self.submitted: dict[int, ClaimedJob] = {}  # handed over, task not created yet
         self._arrived: list = []  # (job, definition) for the loop's next _start_tasks()
         self._lock = threading.Lock()  # submitted: taken by the loop or by take_unstarted()
-        self.orm: ExecutorConnections | None = None  # lives on asgiref's sync thread
+        self.lanes = LanePool()  # the running jobs' ORM lanes, and the idle ones
         self.last_tick = time.monotonic()  # the loop's last sign of life (read by the dispatcher)
         self.max_result_bytes = get_config().MAX_PAYLOAD_BYTES  # kept results: as arguments
         self._ready = threading.Event()
@@ -87,24 +89,55 @@ class AsyncExecutor:
         entry = self.running.get(job.id)
         if entry is None or entry[0] is not job:
             return False
-        self.cancelled[job.id] = error
+        if self.cancelled.get(job.id, (None,))[0] is not job:  # else cancelled already
+            self.cancelled[job.id] = (job, error, time.monotonic())
         self.loop.call_soon_threadsafe(entry[1].cancel)
         return True
 
-    def backend_pids(self) -> dict[str, list[int]]:
-        """The server processes of the async jobs' ORM connections (when any job runs)."""
-        if self.orm is None or not self.running:
-            return {}
-        return self.orm.backend_pids()
+    def still_cancelled(self, older_than: float) -> list[tuple]:
+        """(Dispatcher.) ``(job, error, task)`` of the jobs whose task was cancelled before
+        ``older_than`` (monotonic) and still runs: it swallowed its cancellation, or waits on a
+        blocking call."""
+        still = []
+        for job_id, (job, error, at) in list(self.cancelled.items()):
+            job_and_task = self.running.get(job_id, (None, None))
+            if job_and_task[0] is not job:
+                self.cancelled.pop(job_id, None)  # ended just before its cancellation
+            elif at < older_than:
+                still.append((job, error, job_and_task[1]))
+        return still
+
+    def tasks_left(self, given_up: list[asyncio.Task]) -> int:
+        """(Dispatcher.) How many tasks still run: the running jobs' and those given up on
+        (whose retry may have taken their job's place in ``running``)."""
+        tasks = {task for _, task in list(self.running.values())}
+        tasks.update(task for task in given_up if not task.done())
+        return len(tasks)
+
+    def lane_of(self, job: ClaimedJob) -> Lane | None:
+        """(Any thread.) The ORM lane ``job`` holds while it runs."""
+        return next((lane for lane in list(self.lanes.lanes) if lane.job is job), None)
+
+    def backend_pids(self, held: dict[int, ClaimedJob]) -> dict[str, list[int]]:
+        """The server processes of the lanes of the running async jobs still held, by alias."""
+        by_alias: dict[str, list[int]] = {}
+        for lane in list(self.lanes.lanes):
+            job = lane.job
+            if job is not None and held.get(job.id) is job:
+                for alias, pids in lane.backend_pids().items():
+                    by_alias.setdefault(alias, []).extend(pids)
+        return by_alias
 
     def close(self) -> None:
-        """Cancel what still runs and stop the loop (its thread then exits)."""
+        """Cancel what still runs, end the lanes (closing their connections) and stop the loop
+        (its thread then exits)."""
         if self.loop is None:
             return
 
         def stop() -> None:
             for _, task in list(self.running.values()):
                 task.cancel()
+            self.lanes.close()
             self.loop.call_soon(self.loop.stop)
 
         try:
@@ -138,29 +171,54 @@ class AsyncExecutor:
                     del self.submitted[job.id]
                     starting.append((job, definition))
         for job, definition in starting:
-            task = self.loop.create_task(self._execute(job, definition), name=f"pgjobs-{job.id}")
+            lane = self.lanes.take(job)
+            task = self.loop.create_task(
+                self._execute(job, definition, lane), name=f"pgjobs-{job.id}"
+            )
             self.running[job.id] = (job, task)
 
-    async def _execute(self, job: ClaimedJob, definition: registry.JobDefinition) -> None:
+    async def _execute(
+        self, job: ClaimedJob, definition: registry.JobDefinition, lane: Lane
+    ) -> None:
+        key = bind(lane)  # this task's ORM calls, and its child tasks', go to its lane
+        checked = False  # the lane's connections were checked after the job
         try:
-            # Two trips to the ORM thread around the job, skipped when it holds no connection
-            # (a job that never used the ORM) and nothing listens to job_started.
-            if self.orm is None or self._orm_open() or self._started_heard():
-                await sync_to_async(self._before_job, thread_sensitive=True)(job)
-            else:
-                self.orm.stale_connection_failed = False
+            await self._before_job(job, lane)
             result = await self._await_job(job, definition)
             left_open = None
-            if self._orm_open():
-                left_open = await sync_to_async(self._after_job, thread_sensitive=True)()
-            result = self._settle(result, left_open)
+            if lane.orm_open() or not lane.idle():  # (a call still running may open one)
+                left_open = await self.loop.run_in_executor(lane, lane.after_job)
+            checked = True
+            result = self._settle(result, left_open, lane)
         except BaseException as error:  # noqa: BLE001 - whatever happens, the job gets an outcome
-            result = Failed(job, self.cancelled.get(job.id, error), 0.0)
+            result = Failed(job, self._cancellation(job, error), 0.0)
         finally:
+            unbind(key)
             if self.running.get(job.id, (None,))[0] is job:
                 del self.running[job.id]
-            self.cancelled.pop(job.id, None)
+            if self.cancelled.get(job.id, (None,))[0] is job:
+                self.cancelled.pop(job.id, None)
+            # a lane whose check did not run (cancelled meanwhile), or that still runs a call of
+            # this job, may hold a transaction: it serves no other job
+            self.lanes.give_back(lane, reusable=checked and lane.idle())
         self.worker.events.put(result)
+
+    async def _before_job(self, job: ClaimedJob, lane: Lane) -> None:
+        """Close what is unusable on the lane, and send ``job_started`` there, where its
+        receivers may use the ORM as they do on an executor thread. A trip to the lane's thread
+        only when it holds a connection or someone listens: else nothing is open to check."""
+        if lane.orm_open() or signals.job_started.has_listeners(self.worker.sender):
+            await self.loop.run_in_executor(lane, self._prepare_lane, job, lane)
+        elif lane.orm is not None:
+            lane.orm.before_job(job)  # no connection open: resets its notes, runs no statement
+
+    def _prepare_lane(self, job: ClaimedJob, lane: Lane) -> None:
+        lane.orm.before_job(job)
+        send(signals.job_started, self.worker.sender, job=job)
+
+    def _cancellation(self, job: ClaimedJob, error: BaseException) -> BaseException:
+        cancelled = self.cancelled.get(job.id)
+        return cancelled[1] if cancelled is not None and cancelled[0] is job else error
 
     async def _await_job(self, job: ClaimedJob, definition: registry.JobDefinition):
         started = time.monotonic()
@@ -175,43 +233,17 @@ class AsyncExecutor:
                 return Succeeded(job, time.monotonic() - started, result=result)
             return Succeeded(job, time.monotonic() - started)
         except asyncio.CancelledError as error:
-            return Failed(job, self.cancelled.get(job.id, error), time.monotonic() - started)
+            return Failed(job, self._cancellation(job, error), time.monotonic() - started)
         except BaseException as error:  # noqa: B036 - SystemExit from a job is a failure, too
             return Failed(job, error, time.monotonic() - started)
         finally:
             job.deadline = None  # returned: no longer watched
             reset_current_job(token)
 
-    def _settle(self, result, left_open):
-        # (a connection found dead at a job's first query costs no attempt, as for a sync job;
-        # only told apart when no other async job was running)
-        alone = len(self.running) <= 1
-        if isinstance(result, Failed) and alone and self.orm.stale_connection_failed:
+    def _settle(self, result, left_open, lane: Lane):
+        # a connection found dead at a job's first query costs no attempt, as for a sync job
+        if isinstance(result, Failed) and lane.orm is not None and lane.orm.stale_connection_failed:
             return HandBack(result.job, result.error)
         if left_open is not None and isinstance(result, Succeeded):
             return Failed(result.job, left_open, result.duration)
         return result
-
-    def _orm_open(self) -> bool:
-        """The ORM thread has a connection open (a plain read of its wrappers)."""
-        return any(wrapper.connection is not None for wrapper in self.orm.wrappers)
-
-    def _started_heard(self) -> bool:
-        return signals.job_started.has_listeners(self.worker.sender)
-
-    # -- on asgiref's sync thread (where the async ORM runs) -------------------------------------
-
-    def _before_job(self, job: ClaimedJob) -> None:
-        """Close what is unusable (a query of another job in between reconnects on its own:
-        connections are in autocommit between queries), and send ``job_started`` here, where
-        its receivers may use the ORM as they do on an executor thread."""
-        if self.orm is None:
-            self.orm = ExecutorConnections()
-            self.orm.observing().__enter__()  # for the life of the thread
-        self.orm.before_job(job)
-        send(signals.job_started, self.worker.sender, job=job)
-
-    def _after_job(self):
-        """A transaction open now, between two queries of the jobs, was left open by a job:
-        rolled back, charged to the job that just returned."""
-        return self.orm.after_job()

@@ -50,11 +50,12 @@ class ExecutorPool:
         self.threads.append(thread)
 
     def all_threads(self) -> list[threading.Thread]:
-        """The threads a stopping worker waits for: not those stuck in a timed-out job."""
+        """The threads a stopping worker waits for: not those stuck in a job given up on."""
         stuck = {executor.thread for executor in self.connections if executor.retired}
         loop = self.async_executor.thread
         threads = [thread for thread in self.threads if thread not in stuck]
-        return threads + ([loop] if loop is not None else [])
+        lanes = self.async_executor.lanes.threads()  # they close their connections, then end
+        return threads + ([loop] if loop is not None else []) + lanes
 
     def submit(self, job: ClaimedJob, definition: registry.JobDefinition) -> None:
         if definition.is_async:
@@ -108,13 +109,9 @@ class ExecutorPool:
             if job is not None and held.get(job.id) is job:
                 for alias, pids in executor.backend_pids().items():
                     by_alias.setdefault(alias, []).extend(pids)
-        if any(held.get(job_id) is job for job_id, (job, _) in self.async_running()):
-            for alias, pids in self.async_executor.backend_pids().items():
-                by_alias.setdefault(alias, []).extend(pids)
+        for alias, pids in self.async_executor.backend_pids(held).items():
+            by_alias.setdefault(alias, []).extend(pids)
         return by_alias
-
-    def async_running(self) -> list:
-        return list(self.async_executor.running.items())
 
     def close(self) -> None:
         """Tell every executor to exit once it is idle; cancel the async jobs still running."""

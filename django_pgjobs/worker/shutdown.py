@@ -80,6 +80,23 @@ class Shutdown:
                 len(self.worker.held),
             )
 
+    def say_what_is_left_behind(self) -> bool:
+        """Log the jobs the worker exits without waiting for: threads stuck in timed-out jobs,
+        async tasks still running (given up on at their timeout or abort, or at the grace's end).
+        True when there are any."""
+        worker = self.worker
+        threads = sum(1 for executor in worker.timeouts.stuck if executor.thread.is_alive())
+        tasks = worker.executors.async_executor.tasks_left(worker.timeouts.stuck_tasks)
+        if threads or tasks:
+            logger.warning(
+                "exiting without waiting for %d executor thread(s) stuck in timed-out jobs and "
+                "%d async task(s) still running (cancelled, given up on): they end with the "
+                "process",
+                threads,
+                tasks,
+            )
+        return bool(threads or tasks)
+
     def finish(self, database_down: bool = False) -> None:
         """Last acknowledgements and counts, leave the registry, let the threads go."""
         worker = self.worker
@@ -91,10 +108,12 @@ class Shutdown:
                 operations.unregister_worker(worker.db.connection(), worker.id)
             except DatabaseError as error:
                 logger.warning("could not finish cleanly: %s", one_line(error))
+        left_behind = self.say_what_is_left_behind()
         worker.executors.close()
         # Idle executors exit at once; busy ones (jobs given up on after the grace period) are
         # daemon threads: wait for them briefly, in total, not per thread.
-        deadline = time.monotonic() + (0.5 if worker.held or self.abandoned else 5.0)
+        busy = worker.held or self.abandoned or left_behind
+        deadline = time.monotonic() + (0.5 if busy else 5.0)
         for thread in worker.threads():
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
         worker.db.close()

@@ -1,18 +1,25 @@
-"""Timeouts: the dispatcher's watch over jobs running past their time.
+"""Timeouts: the dispatcher's watch over jobs running past their time, and over the jobs it gave
+up on that still run.
 
 A job gets its deadline when it starts (its executor sets ``job.deadline``). Once past it, the
 dispatcher records the failed attempt at once (``JobTimeout``; retried or dead-lettered by the
 failure policy, fenced by the claim token), so the heartbeat no longer extends its lease and
 whatever the job does later is fenced out; its late outcome is dropped. An async job's task is
-cancelled. A sync thread cannot be stopped: its running statement is cancelled
-(``pg_cancel_backend``), the thread stops counting as a slot (a new executor takes its place and
-the old one exits when the job returns), and when ``MAX_STUCK_THREADS`` such threads are still
-running the worker stops claiming, hands back what it holds and exits with status
-``STUCK_EXIT_CODE`` for its supervisor to restart it. Dispatcher thread only.
+cancelled and its lane's running statement too. A sync thread cannot be stopped: its running
+statement is cancelled (``pg_cancel_backend``), the thread stops counting as a slot (a new
+executor takes its place and the old one exits when the job returns). An async task cancelled (at
+its timeout or by an abort) that still runs ``STUCK_TASK_SECONDS`` later ignores its cancellation
+(it caught ``CancelledError``, or waits on a blocking call): the worker gives up on it as on a
+stuck thread, records its attempt as failed if it was not already, and terminates its lane's
+connections (``pg_terminate_backend``), so its ORM writes stop and its lane serves no other job.
+When ``MAX_STUCK_THREADS`` such threads and tasks are still running, the worker stops claiming,
+hands back what it holds and exits with status ``STUCK_EXIT_CODE`` for its supervisor to restart
+it. Dispatcher thread only.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 import time
@@ -30,8 +37,10 @@ from .outcomes import one_line
 logger = logging.getLogger("django_pgjobs.worker")
 
 STUCK_EXIT_CODE = 3
+# A cancelled async task still running this long ignores its cancellation: given up on, stuck.
+STUCK_TASK_SECONDS = 1.0
 # A cancelled async job still running this long, while the event loop has not ticked for as
-# long, blocks the loop (time.sleep, a sync call): every async job waits; count it as stuck.
+# long, blocks the loop (time.sleep, a sync call): every async job waits; the worker stops.
 BLOCKED_LOOP_SECONDS = 5.0
 WATCH_SECONDS = 0.2  # how often deadlines are checked while jobs with a timeout are held
 IDLE_WATCH_SECONDS = 1.0
@@ -39,15 +48,19 @@ IDLE_WATCH_SECONDS = 1.0
 
 class Timeouts(MaintenanceUnit):
     def __init__(self, worker) -> None:
-        self.dropping: dict[int, ClaimedJob] = {}  # timed out: their late outcome is dropped
+        # (id, claim token) -> job: given up on, their late outcome is dropped (by claim: a
+        # job's retry may run on this worker while its timed-out attempt still does)
+        self.dropping: dict[tuple, ClaimedJob] = {}
         self.stuck: list = []  # the executors retired with a timed-out sync job
-        self.cancelled: dict[int, tuple[ClaimedJob, float]] = {}  # async: (job, when)
+        self.stuck_tasks: list[asyncio.Task] = []  # async jobs given up on that still run
         self.loop_blocked = False
         self.max_stuck = get_config().MAX_STUCK_THREADS
         super().__init__(worker)
 
     def interval(self) -> float:
-        if any(job.timeout is not None for job in self.worker.held.values()):
+        if self.worker.executors.async_executor.cancelled or any(
+            job.timeout is not None for job in self.worker.held.values()
+        ):
             return WATCH_SECONDS
         return IDLE_WATCH_SECONDS
 
@@ -57,16 +70,17 @@ class Timeouts(MaintenanceUnit):
             if job.deadline is not None and now >= job.deadline:
                 self.expire(job)
         self.stuck = [executor for executor in self.stuck if executor.thread.is_alive()]
-        if self.cancelled:
-            self._watch_loop(now)
+        self._watch_cancelled(now)
         worker = self.worker
         if worker.stop.requested.is_set():
             return
-        if len(self.stuck) >= self.max_stuck:
+        if len(self.stuck) + len(self.stuck_tasks) >= self.max_stuck:
             logger.error(
-                "%d executor thread(s) are stuck in timed-out jobs (MAX_STUCK_THREADS=%d): "
-                "stopping; the worker exits with status %d for its supervisor to restart it",
+                "%d executor thread(s) are stuck in timed-out jobs and %d async task(s) ignore "
+                "their cancellation (MAX_STUCK_THREADS=%d): stopping; the worker exits with "
+                "status %d for its supervisor to restart it",
                 len(self.stuck),
+                len(self.stuck_tasks),
                 self.max_stuck,
                 STUCK_EXIT_CODE,
             )
@@ -82,21 +96,50 @@ class Timeouts(MaintenanceUnit):
         worker.exit_code = STUCK_EXIT_CODE
         worker.request_stop()
 
-    def _watch_loop(self, now: float) -> None:
+    def _watch_cancelled(self, now: float) -> None:
         runner = self.worker.executors.async_executor
-        for job_id, (job, at) in list(self.cancelled.items()):
-            if runner.running.get(job_id, (None,))[0] is not job:
-                del self.cancelled[job_id]  # it ended
-            elif now - at > BLOCKED_LOOP_SECONDS and now - runner.last_tick > BLOCKED_LOOP_SECONDS:
-                self.loop_blocked = True
+        self.stuck_tasks = [task for task in self.stuck_tasks if not task.done()]
+        if not runner.cancelled:
+            return
+        for job, error, task in runner.still_cancelled(older_than=now - STUCK_TASK_SECONDS):
+            lane = runner.lane_of(job)
+            if lane is not None and not lane.retired:
+                self._give_up_on_task(job, error, task, lane)
+        # still running this long, and the loop has not ticked for as long: a blocking call in
+        # an async def holds the loop, and every async job waits
+        if (
+            runner.still_cancelled(older_than=now - BLOCKED_LOOP_SECONDS)
+            and now - runner.last_tick > BLOCKED_LOOP_SECONDS
+        ):
+            self.loop_blocked = True
+
+    def _give_up_on_task(self, job: ClaimedJob, error: BaseException, task, lane) -> None:
+        """A cancelled task that goes on running: its lane serves no other job, its ORM
+        connections end (its transaction rolls back, its later queries fail), and an attempt not
+        recorded yet (an abort) is recorded as failed now; it counts as stuck."""
+        worker = self.worker
+        if worker.held.get(job.id) is job:  # first: a database error here repeats it all
+            self.dropping[_claim_of(job)] = job
+            worker.failures.record_failure(job, error)
+        lane.retired = True
+        self.stuck_tasks.append(task)
+        logger.error(
+            "job %s #%s still runs %gs after its task was cancelled (it caught "
+            "asyncio.CancelledError, or waits on a blocking call): given up on, counted as "
+            "stuck; its ORM connections are terminated",
+            job.name,
+            job.id,
+            STUCK_TASK_SECONDS,
+        )
+        self._end_sessions(lane.backend_pids(), operations.terminate_backends)
 
     def outcome_dropped(self, item) -> bool:
         """True for the late outcome of a job already recorded as timed out."""
         if not self.dropping:
             return False
         job = getattr(item, "job", None)
-        if job is not None and self.dropping.get(job.id) is job:
-            del self.dropping[job.id]
+        if job is not None and self.dropping.get(_claim_of(job)) is job:
+            del self.dropping[_claim_of(job)]
             return True
         return False
 
@@ -106,24 +149,32 @@ class Timeouts(MaintenanceUnit):
         executor = None if job.id in executors.async_executor.running else executors.retire(job)
         where = _stack_of(executor.thread) if executor is not None else ""
         error = JobTimeout(f"timed out after {job.timeout:g} s{where}")
-        self.dropping[job.id] = job
+        self.dropping[_claim_of(job)] = job
         logger.warning("job %s #%s timed out after %gs", job.name, job.id, job.timeout)
         worker.failures.record_failure(job, error)  # fenced; stops its heartbeat
         if executor is None:
             if executors.cancel_async(job, error):
-                self.cancelled[job.id] = (job, time.monotonic())
+                lane = executors.async_executor.lane_of(job)
+                if lane is not None:  # a query the task awaits runs on in the lane's thread
+                    self._end_sessions(lane.backend_pids(), operations.cancel_backends)
             return
         self.stuck.append(executor)
-        self._cancel_statements(executor.backend_pids())
+        self._end_sessions(executor.backend_pids(), operations.cancel_backends)
 
-    def _cancel_statements(self, by_alias: dict[str, list[int]]) -> None:
+    def _end_sessions(self, by_alias: dict[str, list[int]], end) -> None:
+        """Cancel the statements (``operations.cancel_backends``) or terminate the sessions
+        (``operations.terminate_backends``) of a job given up on."""
         worker = self.worker
         for alias, pids in by_alias.items():
             try:
                 connection = worker.db.connection() if alias == worker.alias else connections[alias]
-                operations.cancel_backends(connection, pids)
+                end(connection, pids)
             except DatabaseError as error:
-                logger.warning("could not cancel a timed-out job's statement: %s", one_line(error))
+                logger.warning("could not end a timed-out job's statement: %s", one_line(error))
+
+
+def _claim_of(job: ClaimedJob) -> tuple:
+    return (job.id, job.claim_token)
 
 
 def _stack_of(thread) -> str:
@@ -131,5 +182,11 @@ def _stack_of(thread) -> str:
     frame = sys._current_frames().get(thread.ident)
     if frame is None:
         return ""
-    stack = "".join(traceback.format_stack(frame)[-8:])
-    return f"; it was running:\n{stack.rstrip()}"
+    stack = traceback.format_stack(frame)[-8:]
+    where = traceback.extract_stack(frame)[-1]
+    # A first line complete on its own (the log line and the dead letter's reason show only
+    # that), then the stack for the error entry.
+    return (
+        f", its thread still running at {where.name} ({where.filename}:{where.lineno})\n"
+        f"Stack of that thread (most recent call last):\n{''.join(stack).rstrip()}"
+    )

@@ -195,6 +195,58 @@ async def leave_transaction_open_async(label: str) -> None:
     await sync_to_async(write)()
 
 
+@job(max_attempts=1)
+async def commit_across_awaits(label: str, others: int) -> None:
+    """A manual transaction across awaits: autocommit off, a write, then awaits until ``others``
+    executions of other jobs are committed (they started meanwhile), then the commit."""
+    await sync_to_async(transaction.set_autocommit)(False)
+    await sync_to_async(_record)(label)
+    deadline = time.monotonic() + 20
+    seen = Execution.objects.exclude(label=label)
+    while await seen.acount() < others:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{label}: the other jobs never ran")
+        await asyncio.sleep(0.05)
+    await sync_to_async(transaction.commit)()
+    await sync_to_async(transaction.set_autocommit)(True)
+
+
+@job
+async def record_backend_async(label: str, sleep: float = 0.0) -> None:
+    """Records the server process of its ORM connection (``label:pid``), then sleeps."""
+
+    def write() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            _record(f"{label}:{cursor.fetchone()[0]}")
+
+    await sync_to_async(write)()
+    await asyncio.sleep(sleep)
+
+
+@job(max_attempts=1, timeout=0.5)
+async def sleep_in_the_database_async(seconds: float) -> None:
+    """A long statement through ``sync_to_async``, past its timeout."""
+
+    def sleep() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_sleep(%s)", [seconds])
+
+    await sync_to_async(sleep)()
+
+
+@job(max_attempts=2, retry=RetryPolicy(base_seconds=2.5, cap_seconds=2.5, jitter=0))
+async def ignore_cancellation(label: str, seconds: float = 30) -> None:
+    """Catches its cancellation (and any error) and goes on writing a row every 0.1 s."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            await sync_to_async(_record)(label)
+            await asyncio.sleep(0.1)
+        except (asyncio.CancelledError, Exception):  # noqa: BLE001 - what this job is about
+            await asyncio.sleep(0.1)
+
+
 @job(max_attempts=1, timeout=1)
 async def block_the_loop(seconds: float) -> None:
     """A blocking call inside an async def: the worker's event loop stops."""

@@ -14,7 +14,7 @@ from testproject.demo.models import Counter
 @job(queue="async-handlers", max_attempts=3)
 async def add_points_later(counter: str, points: int, pause: float = 0.01) -> None:
     await asyncio.sleep(pause)  # waiting on I/O: the other async jobs run meanwhile
-    # Django's async ORM: each query runs on the worker's sync thread, in autocommit
+    # Django's async ORM: each query runs on this job's own ORM thread, in autocommit
     await Counter.objects.filter(name=counter).aupdate(value=F("value") + points)
 
 
