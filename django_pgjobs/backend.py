@@ -32,6 +32,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
+from django.utils import timezone
 
 from . import results
 from . import taskframework as tf
@@ -168,6 +169,10 @@ class PgJobsBackend(tf.BaseTaskBackend):
             job.attempts - len(worker_ids)
         )
         object.__setattr__(result, "worker_ids", worker_ids)
+        if found.started_at is None:  # a held job starting: its start is recorded shortly
+            now = timezone.now()
+            object.__setattr__(result, "last_attempted_at", now)
+            object.__setattr__(result, "started_at", found.first_started_at or now)
         return result
 
     def _task_result(self, task: Any, found: results.JobResult, status: Any = None) -> Any:
@@ -182,7 +187,8 @@ class PgJobsBackend(tf.BaseTaskBackend):
             id=str(found.id),
             status=status or _STATUSES[found.status],
             enqueued_at=found.enqueued_at,
-            started_at=found.started_at,
+            # Django's started_at is the first attempt's start, last_attempted_at the latest's
+            started_at=found.first_started_at or found.started_at,
             last_attempted_at=found.started_at,
             finished_at=found.finished_at,
             args=found.args,

@@ -52,6 +52,8 @@ class JobResult:
     finished_at: datetime | None
     worker_ids: list[str]
     keep_result: bool
+    #: When its first attempt started (``started_at`` is the latest attempt's).
+    first_started_at: datetime | None = None
 
     @property
     def is_finished(self) -> bool:
@@ -100,6 +102,7 @@ def _from_row(row: dict[str, Any]) -> JobResult:
         finished_at=db.as_django_reads(row["finished_at"]),
         worker_ids=worker_ids,
         keep_result=row["keep_result"],
+        first_started_at=db.as_django_reads(row["first_started_at"]),
     )
 
 

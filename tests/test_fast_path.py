@@ -121,7 +121,7 @@ def test_the_combined_statement_claims_through_the_partial_index(name):
     params = {
         "ids": [1, 2],
         "tokens": [uuid.uuid4(), uuid.uuid4()],
-        "limit": 10,
+        **operations.ClaimPlan.all_start(10).params(),
         "worker": "w",
         "all_queues": True,
         "any_name": True,

@@ -1,17 +1,20 @@
 """The worker's two kinds of execution slots: ``concurrency`` executor threads for plain
 ``def`` jobs and ``async_concurrency`` tasks on the event loop for ``async def`` jobs.
 
-The dispatcher claims for the free slots of both kinds in one statement; when one kind is full,
-the claim skips that kind's job names, so long sync jobs at the head of a queue cannot take the
-async slots (nor the reverse) and neither kind starves the other. A worker whose registry has no
-async job has no async slots: its claims are exactly those of a sync-only worker.
+The dispatcher claims for the free slots of both kinds in one statement, each kind capped at its
+own room (sync: free executors plus the prefetch; async: free async slots), so sync jobs never
+fill the async slots (nor the reverse); when one kind is full, the claim skips that kind's job
+names, so neither kind starves the other behind the head of a queue. Only the jobs free slots
+start at once have their attempt counted by the claim; the prefetched rest are held
+(``starts.py``). A worker whose registry has no async job has no async slots: its claims are
+exactly those of a sync-only worker.
 Dispatcher thread only.
 """
 
 from __future__ import annotations
 
 from .. import registry
-from ..operations import ClaimedJob
+from ..operations import ClaimedJob, ClaimPlan
 
 
 class Slots:
@@ -21,6 +24,8 @@ class Slots:
         self.async_held: set[int] = set()  # ids of held async jobs not finished yet
         self.sync_names: list[str] = []
         self.async_names: list[str] = []
+        self.async_set: frozenset[str] = frozenset()
+        self.async_more = False  # the last claim filled the async room: more may be ready
         self.enabled = False  # any async job registered
         self.last_skip: list[str] | None = None  # the names the last claim left alone
 
@@ -28,6 +33,7 @@ class Slots:
         """(At start, after the job modules are imported.)"""
         definitions = registry.registered().values()
         self.async_names = sorted(d.name for d in definitions if d.is_async)
+        self.async_set = frozenset(self.async_names)
         self.sync_names = sorted(d.name for d in definitions if not d.is_async)
         self.enabled = bool(self.async_names)
 
@@ -42,6 +48,35 @@ class Slots:
         if not self.enabled:
             return max(sync_room, 0), 0
         return max(sync_room, 0), max(self.async_concurrency - held_async, 0)
+
+    def free_executors(self) -> int:
+        """Executors free for a job claimed now: those neither running a job nor about to take
+        one already handed over (a finished job waiting for its acknowledgement is done)."""
+        worker = self.worker
+        unfinished_sync = len(worker.held) - len(self.async_held) - len(worker.acks)
+        return max(worker.concurrency - unfinished_sync, 0)
+
+    def plan(self, limit: int) -> ClaimPlan:
+        """(Before a claim of at most ``limit`` jobs.) Each kind's room, and how many of each
+        start at once: every async job claimed (async jobs are never held), the sync ones up to
+        the free executors."""
+        sync_room, async_room = self.rooms()
+        return ClaimPlan(
+            limit=limit,
+            sync_room=min(sync_room, limit),
+            sync_starts=self.free_executors(),
+            async_room=min(async_room, limit),
+            async_starts=async_room,
+            async_names=self.async_names,
+        )
+
+    def filled_a_room(self, plan: ClaimPlan, jobs: list[ClaimedJob]) -> bool:
+        """The claim took as many jobs of a kind as that kind had room for: more may be ready
+        (``async_more`` says whether that kind is async)."""
+        claimed_async = sum(1 for job in jobs if job.name in self.async_set)
+        claimed_sync = len(jobs) - claimed_async
+        self.async_more = 0 < plan.async_room <= claimed_async
+        return self.async_more or 0 < plan.sync_room <= claimed_sync
 
     def skip_names(self, sync_room: int, async_room: int) -> list[str] | None:
         """The names the next claim leaves alone: those of a kind whose slots are full."""
