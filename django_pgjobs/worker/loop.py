@@ -283,7 +283,7 @@ class Worker:
         if not (more_ready or fresh):
             return False
         sync_room, async_room = self.slots.rooms()
-        if async_room and (fresh or self.slots.async_more):
+        if async_room and self.slots.async_wanted(fresh):
             return True
         return sync_room > 0 and (
             self.executors.waiting() < self.concurrency

@@ -13,6 +13,8 @@ Dispatcher thread only.
 
 from __future__ import annotations
 
+import time
+
 from .. import registry
 from ..operations import ClaimedJob, ClaimPlan
 
@@ -26,6 +28,8 @@ class Slots:
         self.async_names: list[str] = []
         self.async_set: frozenset[str] = frozenset()
         self.async_more = False  # the last claim filled the async room: more may be ready
+        self.sync_filled = False  # it filled the sync room and left async slots free
+        self.next_async_probe = 0.0  # monotonic time a probe for async jobs may run again
         self.enabled = False  # any async job registered
         self.last_skip: list[str] | None = None  # the names the last claim left alone
 
@@ -61,6 +65,8 @@ class Slots:
         start at once: every async job claimed (async jobs are never held), the sync ones up to
         the free executors."""
         sync_room, async_room = self.rooms()
+        if sync_room == 0 and async_room:  # a claim for async jobs alone: see async_wanted()
+            self.next_async_probe = time.monotonic() + self.worker.poll_interval
         return ClaimPlan(
             limit=limit,
             sync_room=min(sync_room, limit),
@@ -76,7 +82,19 @@ class Slots:
         claimed_async = sum(1 for job in jobs if job.name in self.async_set)
         claimed_sync = len(jobs) - claimed_async
         self.async_more = 0 < plan.async_room <= claimed_async
-        return self.async_more or 0 < plan.sync_room <= claimed_sync
+        self.sync_filled = 0 < plan.sync_room <= claimed_sync and claimed_async < plan.async_room
+        return self.async_more or self.sync_filled
+
+    def async_wanted(self, fresh: bool) -> bool:
+        """Async slots are free and async jobs may be ready: woken or poll due (``fresh``), the
+        last claim filled the async room, or a probe is due. A claim that filled the sync room
+        may have seen only sync jobs in its window, with async ones behind them: once the sync
+        room is full (the next claim skips sync names) look for them, at most once per poll
+        interval (such a claim walks past every ready sync job)."""
+        if fresh or self.async_more:
+            return True
+        sync_room, _ = self.rooms()
+        return self.sync_filled and sync_room == 0 and time.monotonic() >= self.next_async_probe
 
     def skip_names(self, sync_room: int, async_room: int) -> list[str] | None:
         """The names the next claim leaves alone: those of a kind whose slots are full."""
