@@ -23,7 +23,7 @@ from ..operations import ClaimedJob
 from ..payload import dump_result
 from .async_executor import AsyncExecutor
 from .connections import ExecutorConnections, check_transaction_kept
-from .outcomes import Failed, HandBack, LeaseLost, LostLease, Started, Succeeded, send
+from .outcomes import Failed, HandBack, LeaseLost, LostLease, Succeeded, send
 
 logger = logging.getLogger("django_pgjobs.worker")
 
@@ -135,7 +135,7 @@ class ExecutorPool:
                         return
                     job, definition = item
                     if job.held:  # its attempt is counted now: the dispatcher records it
-                        self.worker.events.put(Started(job, time.monotonic()))
+                        self.worker.starts.started(job, time.monotonic())
                     own.before_job(job)
                     result = self._execute(job, definition)
                     self.worker.events.put(self._settle_connections(own, result))

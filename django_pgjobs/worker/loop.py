@@ -32,7 +32,7 @@ from .holding import MAX_HELD, AdaptivePrefetch
 from .listener import Listener
 from .logs import log_start, log_stats
 from .maintenance import units_for
-from .outcomes import WAKE, Failed, HandBack, LostLease, Started, Stats, Succeeded, one_line, send
+from .outcomes import WAKE, Failed, HandBack, LostLease, Stats, Succeeded, one_line, send
 from .ownership import ThreadOwner
 from .shutdown import Shutdown
 from .slots import Slots
@@ -272,8 +272,8 @@ class Worker:
     def _claim_due(self, more_ready: bool, next_poll: float) -> bool:
         """Claim now: jobs may be ready (last claim full, woken, or poll due) and it is worth a
         statement: for sync jobs, an executor may soon be idle (fewer jobs waiting locally than
-        executors), half their room is free, or acknowledgements are due; for async jobs, a slot is free and async jobs may
-        be ready (the last claim filled their room, or woken, or poll due). Without prefetch
+        executors), half their room is free, or acknowledgements are due; for async jobs, a
+        slot is free and async jobs may be ready (``Slots.async_wanted``). Without prefetch
         every free sync slot is an idle executor."""
         if self.stop.requested.is_set() or self._capacity() == 0:
             return False
@@ -373,10 +373,15 @@ class Worker:
     # -- events from the executors and the listener ---------------------------------------------
 
     def _drain_events(self, block_for: float) -> None:
+        self.starts.dispatcher_waiting = block_for > 0
         try:
+            if self.starts.incoming:  # an executor started a held job: record it in time
+                block_for = 0
             item = self.events.get(timeout=block_for) if block_for > 0 else self.events.get_nowait()
         except queue_module.Empty:
             return
+        finally:
+            self.starts.dispatcher_waiting = False
         while True:
             self._handle(item)
             try:
@@ -388,11 +393,8 @@ class Worker:
         self.owner.check()
         if item is WAKE:
             return
-        if isinstance(item, Started):
-            self.starts.add(item.job, item.at)
-            return
         if isinstance(item, (Succeeded, Failed, HandBack, LostLease)):
-            self.starts.drop(item.job)  # the statement that ends its attempt counts it
+            self.starts.finished(item.job)
         if self.timeouts.outcome_dropped(item):
             return
         if isinstance(item, (Succeeded, Failed)) and self.adaptive is not None:
@@ -435,7 +437,7 @@ class Worker:
         if self.held.get(job.id) is job:
             del self.held[job.id]
             self.slots.done(job)
-            self.starts.drop(job)
+            self.starts.finished(job)
 
     def _register(self) -> None:
         operations.register_worker(

@@ -34,15 +34,6 @@ for _exception in (LeaseLost, RolledBack, ConnectionClosedByJob, TransactionLeft
 
 
 @dataclass
-class Started:
-    """An executor took a held job (``at``: its monotonic time): the dispatcher records the
-    start (``starts.py``)."""
-
-    job: ClaimedJob
-    at: float
-
-
-@dataclass
 class Succeeded:
     job: ClaimedJob
     duration: float

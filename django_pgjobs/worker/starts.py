@@ -2,24 +2,27 @@
 
 A job the claim holds for a busy worker has neither its attempt counted nor its start recorded
 (``started_at`` empty): a worker that dies holding it gives it back unspent (invariant 15). When
-an executor takes such a job it tells the dispatcher (``Started``) and runs it at once; the
-dispatcher records the start (``mark_started``: the attempt counted) ``MARK_DELAY_SECONDS``
-later, in one statement for every start of that span, unless the job has finished by then: the
-statement that ends the attempt (acknowledgement, retry, dead letter) counts it instead. Short
-jobs, the ones worth holding, thus cost no statement of their own.
+an executor takes such a job it notes the start here (``started``, any thread) and runs it at
+once; the dispatcher records the starts (``mark_started``: the attempts counted)
+``MARK_DELAY_SECONDS`` later, in one statement for every start of that span, for the jobs still
+running then. A job that finished before is counted by the statement that ends its attempt
+(acknowledgement, retry, dead letter): short jobs, the ones worth holding, cost no statement of
+their own, and the executor never waits for one.
 
 A worker killed within that span leaves a started job unrecorded: the rescue gives it back with
 its attempt unspent but marked ``returned_unstarted``, and the claim only takes such a job to
 start it at once, its attempt counted before it runs: a job that kills its worker as it starts
-spends its attempts all the same. Dispatcher thread only. See ``docs/explanation/claim.md``.
+spends its attempts all the same. See ``docs/explanation/claim.md``.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 
 from .. import operations
 from ..operations import ClaimedJob
+from .outcomes import WAKE
 
 MARK_DELAY_SECONDS = 0.05
 
@@ -27,25 +30,33 @@ MARK_DELAY_SECONDS = 0.05
 class PendingStarts:
     def __init__(self, worker) -> None:
         self.worker = worker
-        # job id -> (job, monotonic time it started), oldest first
+        self.incoming: deque[tuple[ClaimedJob, float]] = deque()  # executors append
+        # (dispatcher) job id -> (job, monotonic time it started), oldest first
         self.pending: dict[int, tuple[ClaimedJob, float]] = {}
+        self.dispatcher_waiting = False  # set while the dispatcher blocks for events
 
-    def __len__(self) -> int:
-        return len(self.pending)
+    def started(self, job: ClaimedJob, at: float) -> None:
+        """(Executor.) Held ``job`` started at ``at``. The dispatcher collects starts at each
+        turn; one blocked waiting for events is woken (it sets ``dispatcher_waiting`` before it
+        looks at ``incoming`` for the last time, so no start is missed)."""
+        self.incoming.append((job, at))
+        if self.dispatcher_waiting:
+            self.worker.events.put(WAKE)
 
-    def add(self, job: ClaimedJob, at: float) -> None:
-        """An executor started held ``job`` at ``at``."""
-        if job.held and self.worker.held.get(job.id) is job:
-            self.pending[job.id] = (job, at)
+    def finished(self, job: ClaimedJob) -> None:
+        """(Dispatcher.) ``job``'s attempt ended: the statement ending it counts it."""
+        job.held = False
 
-    def drop(self, job: ClaimedJob) -> None:
-        """``job`` finished: the statement ending its attempt counts it."""
-        entry = self.pending.get(job.id)
-        if entry is not None and entry[0] is job:
-            del self.pending[job.id]
+    def _collect(self) -> None:
+        held = self.worker.held
+        while self.incoming:
+            job, at = self.incoming.popleft()
+            if job.held and held.get(job.id) is job:
+                self.pending[job.id] = (job, at)
 
     def deadline(self) -> float | None:
         """When the oldest start waiting to be recorded is due, if any waits."""
+        self._collect()
         if not self.pending:
             return None
         _, oldest = next(iter(self.pending.values()))
@@ -56,9 +67,15 @@ class PendingStarts:
         return deadline is not None and time.monotonic() >= deadline
 
     def flush(self) -> None:
-        """Record every pending start in one statement (a failure keeps them pending)."""
+        """Record the pending starts of jobs still running, in one statement (a failure keeps
+        them pending)."""
         now = time.monotonic()
-        started = [(job, now - at) for job, at in self.pending.values()]
+        held = self.worker.held
+        started = [
+            (job, now - at)
+            for job, at in self.pending.values()
+            if job.held and held.get(job.id) is job
+        ]
         operations.mark_started(self.worker.db.connection(), started)
         for job, _ in started:
             job.held = False  # recorded, or no longer this worker's
