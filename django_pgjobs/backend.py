@@ -185,7 +185,7 @@ class PgJobsBackend(tf.BaseTaskBackend):
                 run_after=_deferred(task, found),
             ),
             id=str(found.id),
-            status=status or _STATUSES[found.status],
+            status=status or _status(found),
             enqueued_at=found.enqueued_at,
             # Django's started_at is the first attempt's start, last_attempted_at the latest's
             started_at=found.first_started_at or found.started_at,
@@ -200,6 +200,13 @@ class PgJobsBackend(tf.BaseTaskBackend):
         if found.status == "successful":
             object.__setattr__(result, "_return_value", found.return_value)
         return result
+
+
+def _status(found: results.JobResult) -> Any:
+    """A held row (``running``, its start not recorded) has not started: READY."""
+    if found.status == "running" and found.started_at is None:
+        return tf.TaskResultStatus.READY
+    return _STATUSES[found.status]
 
 
 def _deferred(task: Any, found: results.JobResult) -> Any:

@@ -373,15 +373,14 @@ class Worker:
     # -- events from the executors and the listener ---------------------------------------------
 
     def _drain_events(self, block_for: float) -> None:
-        self.starts.dispatcher_waiting = block_for > 0
+        if block_for > 0:  # an executor that starts a held job meanwhile wakes it
+            block_for = self.starts.before_blocking(block_for)
         try:
-            if self.starts.incoming:  # an executor started a held job: record it in time
-                block_for = 0
             item = self.events.get(timeout=block_for) if block_for > 0 else self.events.get_nowait()
         except queue_module.Empty:
             return
         finally:
-            self.starts.dispatcher_waiting = False
+            self.starts.wake_me = False
         while True:
             self._handle(item)
             try:

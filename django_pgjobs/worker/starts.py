@@ -33,15 +33,22 @@ class PendingStarts:
         self.incoming: deque[tuple[ClaimedJob, float]] = deque()  # executors append
         # (dispatcher) job id -> (job, monotonic time it started), oldest first
         self.pending: dict[int, tuple[ClaimedJob, float]] = {}
-        self.dispatcher_waiting = False  # set while the dispatcher blocks for events
+        self.wake_me = False  # the dispatcher blocks for longer than MARK_DELAY_SECONDS
 
     def started(self, job: ClaimedJob, at: float) -> None:
         """(Executor.) Held ``job`` started at ``at``. The dispatcher collects starts at each
-        turn; one blocked waiting for events is woken (it sets ``dispatcher_waiting`` before it
-        looks at ``incoming`` for the last time, so no start is missed)."""
+        turn; one about to block for longer than ``MARK_DELAY_SECONDS`` is woken, once (it sets
+        ``wake_me`` before it looks at ``incoming`` for the last time: no start is missed)."""
         self.incoming.append((job, at))
-        if self.dispatcher_waiting:
+        if self.wake_me:
+            self.wake_me = False
             self.worker.events.put(WAKE)
+
+    def before_blocking(self, seconds: float) -> float:
+        """(Dispatcher, about to wait ``seconds`` for events.) How long to wait: not at all when
+        a start is waiting to be collected."""
+        self.wake_me = seconds > MARK_DELAY_SECONDS
+        return 0.0 if self.incoming else seconds
 
     def finished(self, job: ClaimedJob) -> None:
         """(Dispatcher.) ``job``'s attempt ended: the statement ending it counts it."""
