@@ -33,6 +33,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules, import_string
 
 from . import db, results
@@ -176,6 +177,10 @@ class PgJobsBackend(tf.BaseTaskBackend):
             job.attempts - len(worker_ids)
         )
         object.__setattr__(result, "worker_ids", worker_ids)
+        if found.started_at is None:  # a held job starting: its start is recorded shortly
+            now = timezone.now()
+            object.__setattr__(result, "last_attempted_at", now)
+            object.__setattr__(result, "started_at", found.first_started_at or now)
         return result
 
     def _task_result(self, task: Any, found: results.JobResult, status: Any = None) -> Any:
@@ -188,9 +193,10 @@ class PgJobsBackend(tf.BaseTaskBackend):
                 run_after=_deferred(task, found),
             ),
             id=str(found.id),
-            status=status or _STATUSES[found.status],
+            status=status or _status(found),
             enqueued_at=found.enqueued_at,
-            started_at=found.started_at,
+            # Django's started_at is the first attempt's start, last_attempted_at the latest's
+            started_at=found.first_started_at or found.started_at,
             last_attempted_at=found.started_at,
             finished_at=found.finished_at,
             args=found.args,
@@ -219,6 +225,13 @@ def _send_when_committed(sender: type, result: Any) -> None:
         connection.on_commit(send)
     else:
         send()
+
+
+def _status(found: results.JobResult) -> Any:
+    """A held row (``running``, its start not recorded) has not started: READY."""
+    if found.status == "running" and found.started_at is None:
+        return tf.TaskResultStatus.READY
+    return _STATUSES[found.status]
 
 
 def _deferred(task: Any, found: results.JobResult) -> Any:

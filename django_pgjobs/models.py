@@ -49,14 +49,29 @@ class Job(models.Model):
     kwargs = models.JSONField(default=dict)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.READY)
     run_after = models.DateTimeField(default=timezone.now, help_text="Not claimed before this.")
-    attempts = models.IntegerField(default=0, help_text="Attempts started (counted at claim).")
+    attempts = models.IntegerField(
+        default=0, help_text="Attempts started (counted before the job runs)."
+    )
     max_attempts = models.IntegerField(default=5)
     unique_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 (NULL: no key)
     timeout = models.FloatField(
         null=True, blank=True, help_text="Seconds this job may run (.using(timeout=...))."
     )
     created_at = models.DateTimeField(default=timezone.now)
-    started_at = models.DateTimeField(null=True, blank=True, help_text="Start of the last claim.")
+    started_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Start of the latest attempt; empty while a worker holds the job unstarted.",
+    )
+    first_started_at = models.DateTimeField(
+        null=True, blank=True, help_text="Start of the first attempt (set once)."
+    )
+    returned_unstarted = models.BooleanField(
+        default=False,
+        db_default=False,  # statements that do not name it (older workers' INSERTs) keep working
+        help_text="Once given back by the rescue after a worker died holding it before its start "
+        "was recorded: from then on only claimed to start at once, its attempt counted first.",
+    )
     finished_at = models.DateTimeField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     claim_token = models.UUIDField(
@@ -199,6 +214,9 @@ class DeadLetter(models.Model):
     )
     created_at = models.DateTimeField(help_text="When the job was first enqueued.")
     started_at = models.DateTimeField(null=True, blank=True)
+    first_started_at = models.DateTimeField(
+        null=True, blank=True, help_text="Start of the job's first attempt."
+    )
     failed_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

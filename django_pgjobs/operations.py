@@ -16,57 +16,22 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from datetime import timezone as dt_timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import IntegrityError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from . import db
+from .claims import ClaimedJob, ClaimPlan
 from .conf import get_config
-from .errors import Aborted
 from .validation import check_queue
 
 Connection = BaseDatabaseWrapper
 
 #: The partial unique index of jobs' unique keys while they are ready or running.
 UNIQUE_KEY_IN_FLIGHT = "pgjobs_job_unique_key_in_flight"
-
-
-@dataclass
-class ClaimedJob:
-    """A job a worker holds, as the claim returned it."""
-
-    id: int
-    name: str
-    queue: str
-    priority: int
-    args: Any
-    kwargs: Any
-    attempts: int
-    max_attempts: int
-    run_after: datetime
-    created_at: datetime
-    claim_token: uuid.UUID
-    timeout: float | None = None  # the row's; the worker puts the effective one here
-    lease_seconds: float = 0.0
-    keep_result: bool = False
-    deadline: float | None = None  # monotonic time its timeout ends (set when it starts)
-    #: Set (by the worker's dispatcher) once an abort of this job was requested: a handler that
-    #: polls it can stop, best by raising ``django_pgjobs.Aborted`` (``raise_if_aborted()``).
-    abort_requested: bool = False
-    task_backend: str = ""  # the django.tasks backend alias of a task row; "" for a native job
-
-    @property
-    def is_last_attempt(self) -> bool:
-        return self.attempts >= self.max_attempts
-
-    def raise_if_aborted(self) -> None:
-        """Raise ``django_pgjobs.Aborted`` if an abort of this job was requested."""
-        if self.abort_requested:
-            raise Aborted(f"job #{self.id} stopped: its abort was requested")
 
 
 # -- claiming and finishing ---------------------------------------------------------------------
@@ -82,23 +47,16 @@ def claim_jobs(
     skip_names: Sequence[str] | None = None,
 ) -> list[ClaimedJob]:
     """Claim up to ``limit`` due jobs of ``queues`` (all queues when None), skipping paused
-    queues and jobs named in ``skip_names``."""
-    token = uuid.uuid4()
-    rows = db.execute(
+    queues and jobs named in ``skip_names``; every job claimed counts as started."""
+    return complete_and_claim_jobs(
         connection,
-        "claim_jobs",
-        {
-            "limit": limit,
-            "worker": worker,
-            "all_queues": queues is None,
-            "queues": list(queues or []),
-            "any_name": not skip_names,
-            "skip_names": list(skip_names or []),
-            "lease_seconds": lease_seconds,
-            "token": token,
-        },
-    )
-    return [_claimed(row, token, lease_seconds) for row in rows]
+        [],
+        limit=limit,
+        worker=worker,
+        queues=queues,
+        lease_seconds=lease_seconds,
+        skip_names=skip_names,
+    )[1]
 
 
 def _from_epoch(seconds: float) -> datetime:
@@ -144,7 +102,8 @@ def complete_and_claim_jobs(
     connection: Connection,
     done: Sequence[ClaimedJob],
     *,
-    limit: int,
+    limit: int | None = None,
+    plan: ClaimPlan | None = None,
     worker: str,
     queues: Sequence[str] | None,
     lease_seconds: float,
@@ -153,18 +112,20 @@ def complete_and_claim_jobs(
 ) -> tuple[set[int], list[ClaimedJob]]:
     """``complete_jobs(done)`` and ``claim_jobs(limit=...)`` in one statement (one round trip).
 
-    Returns ``(completed ids, claimed jobs)`` as those two do. Nothing to acknowledge: the claim
-    alone (less to plan), with ``prepared`` through ``db.execute_prepared_replanned``.
+    Returns ``(completed ids, claimed jobs)`` as those two do. ``plan`` says how many of each
+    kind to claim and how many start at once (``limit``: that many, all started). Nothing to acknowledge: the claim alone (less to
+    plan), with ``prepared`` through ``db.execute_prepared_replanned``.
     """
     if done:
         params = _pairs(done)
         retain = get_config().KEEP_SUCCEEDED_SECONDS > 0
         name = "complete_retained_and_claim_jobs" if retain else "complete_and_claim_jobs"
     else:
-        params, name = {}, "claim_jobs"
+        params = {}
+        name = "claim_jobs"
+    params.update((plan or ClaimPlan.all_start(limit)).params())
     params.update(
         {
-            "limit": limit,
             "worker": worker,
             "all_queues": queues is None,
             "queues": list(queues or []),
@@ -234,6 +195,16 @@ def dead_letter_aborted(
     return rows[0]["id"] if rows else None
 
 
+def mark_started(connection: Connection, started: Sequence[tuple[ClaimedJob, float]]) -> set[int]:
+    """Record the start of held jobs (``(job, seconds since it started)``): their attempt
+    counted. Returns the ids recorded; a missing id was no longer held, or already recorded."""
+    if not started:
+        return set()
+    params = _pairs(job for job, _ in started)
+    params["ago"] = [max(0.0, ago) for _, ago in started]
+    return set(db.ids_of(db.execute(connection, "mark_started", params)))
+
+
 def release_jobs(connection: Connection, jobs: Sequence[ClaimedJob]) -> set[int]:
     """Hand claimed-but-unstarted jobs back without spending their attempt."""
     if not jobs:
@@ -259,13 +230,24 @@ def heartbeat(connection: Connection, jobs: Sequence[ClaimedJob]) -> tuple[set[i
 # -- maintenance --------------------------------------------------------------------------------
 
 
-def rescue_expired(connection: Connection, limit: int = 1000) -> tuple[int, int]:
-    """Requeue (or dead-letter, when out of attempts) jobs whose lease expired.
+class Rescued(NamedTuple):
+    requeued: int  # started: back to ready with a LeaseExpired entry
+    dead_lettered: int
+    returned_unstarted: int  # held and never started: back as they were, attempt not spent
 
-    Returns ``(requeued, dead_lettered)``.
-    """
+
+def rescue(connection: Connection, limit: int = 1000) -> Rescued:
+    """Requeue (or dead-letter, when out of attempts) jobs whose lease expired; give back the
+    held ones that never started with their attempt unspent."""
     row = db.execute(connection, "rescue_expired", {"limit": limit})[0]
-    return row["requeued"], row["buried"]
+    return Rescued(row["requeued"], row["buried"], row["returned"])
+
+
+def rescue_expired(connection: Connection, limit: int = 1000) -> tuple[int, int]:
+    """``rescue()`` as ``(requeued, dead_lettered)``; requeued counts the jobs given back
+    unstarted as well."""
+    rescued = rescue(connection, limit)
+    return rescued.requeued + rescued.returned_unstarted, rescued.dead_lettered
 
 
 def prune_succeeded(

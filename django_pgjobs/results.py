@@ -55,6 +55,8 @@ class JobResult:
     worker_ids: list[str]
     keep_result: bool
     task_backend: str = ""
+    #: When its first attempt started (``started_at`` is the latest attempt's).
+    first_started_at: datetime | None = None
 
     @property
     def is_finished(self) -> bool:
@@ -104,6 +106,7 @@ def _from_row(row: dict[str, Any]) -> JobResult:
         worker_ids=worker_ids,
         keep_result=row["keep_result"],
         task_backend=row["task_backend"],
+        first_started_at=db.as_django_reads(row["first_started_at"]),
     )
 
 

@@ -121,7 +121,7 @@ def test_the_combined_statement_claims_through_the_partial_index(name):
     params = {
         "ids": [1, 2],
         "tokens": [uuid.uuid4(), uuid.uuid4()],
-        "limit": 10,
+        **operations.ClaimPlan.all_start(10).params(),
         "worker": "w",
         "all_queues": True,
         "any_name": True,
@@ -308,10 +308,12 @@ def test_sigkilled_worker_with_unsent_acknowledgements_loses_nothing(
 
 
 def victims_claims(conn, worker: WorkerProcess) -> set[tuple[int, int]]:
-    """The claims (job id, attempt) a worker holds: claimed and not acknowledged."""
+    """The claims (job id, attempt) a worker holds: claimed and not acknowledged. A held job
+    whose start is not recorded (``started_at`` empty) runs as the attempt after ``attempts``."""
     return set(
         conn.execute(
-            "SELECT id, attempts FROM pgjobs_job WHERE status = 'running' AND worker LIKE %s",
+            "SELECT id, attempts + (started_at IS NULL)::int FROM pgjobs_job"
+            " WHERE status = 'running' AND worker LIKE %s",
             (f"%:{worker.pid}:%",),
         ).fetchall()
     )

@@ -80,6 +80,12 @@ def params_for(name: str) -> dict:
         "requested_by": "admin user 'root'",
         "cancel_waiting": True,
         "summary": "E: boom",
+        "sync_room": 40,
+        "sync_starts": 4,
+        "async_room": 10,
+        "async_starts": 10,
+        "async_names": ["app.jobs.j7"],
+        "ago": [0.0] * 3,
     }
     if name == "enqueue_jobs":
         params.update(args=["[]"], kwargs=["{}"])

@@ -61,7 +61,7 @@ def test_claim_uses_partial_index():
         )
         cursor.execute("ANALYZE pgjobs_job")
         params = {
-            "limit": 10,
+            **operations.ClaimPlan.all_start(10).params(),
             "worker": "w",
             "all_queues": True,
             "any_name": True,
@@ -127,7 +127,7 @@ def test_concurrent_claims_skip_each_others_rows_without_blocking():
     demo.record.enqueue_many([(str(i),) for i in range(10)])
     statement = query("claim_jobs")
     params = {
-        "limit": 4,
+        **operations.ClaimPlan.all_start(4).params(),
         "worker": "a",
         "all_queues": True,
         "any_name": True,

@@ -12,6 +12,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.db import connection, transaction
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from helpers import wait_until
 
 from django_pgjobs import operations
@@ -121,6 +122,18 @@ def test_context_attempt_is_the_rows_attempt_count(start_worker):
     assert result.return_value == {"attempt": 2, "id": enqueued.id}
     assert result.attempts == 2 and len(result.errors) == 1
     assert result.errors[0].exception_class_path == "builtins.RuntimeError"
+
+
+def test_started_at_is_the_first_attempts_start(start_worker):
+    """Django's ``started_at`` is when the first attempt started; ``last_attempted_at`` the
+    latest's."""
+    enqueued = tasks.succeed_on_attempt.enqueue(2)
+    result, _ = run_until_finished(start_worker, tasks.succeed_on_attempt, enqueued.id)
+    assert result.status == Status.SUCCESSFUL and result.attempts == 2
+    failed_at = result.errors[0]
+    first_failure = parse_datetime(Job.objects.get(pk=enqueued.id).errors[0]["at"])
+    assert result.started_at < first_failure < result.last_attempted_at
+    assert failed_at.exception_class_path == "builtins.RuntimeError"
 
 
 def test_a_task_row_runs_only_a_task(start_worker, tmp_path):

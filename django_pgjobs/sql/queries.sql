@@ -68,12 +68,16 @@ SELECT * FROM pgjobs_job
 WHERE unique_key = %(unique_key)s AND status IN ('ready', 'running');
 
 -- name: claim_jobs
--- Claim up to `limit` due jobs for one worker, in one statement: the partial claim index in
--- claim order, SKIP LOCKED so workers never wait for each other, attempt counted and fencing
--- token stamped at claim time. `skip_names`: job names not wanted now (a worker whose sync or
--- async slots are full skips that kind's names). Why each part: docs/explanation/claim.md.
+-- Claim due jobs for one worker, in one statement: the partial claim index in claim order,
+-- SKIP LOCKED so workers never wait for each other, fencing token stamped at claim time. Each
+-- kind of job is capped at its own room (`async_names` against `async_room`, every other name
+-- against `sync_room`), and only the first `sync_starts` / `async_starts` of a kind (its free
+-- slots: they start at once) have their attempt counted and their start recorded; the others
+-- are held (`started_at` NULL: counted when they start, mark_started). A job the rescue once
+-- gave back unstarted (`returned_unstarted`) is only claimed to start at once. `skip_names`: names of a kind whose slots are
+-- full. Why each part: docs/explanation/claim.md.
 WITH candidates AS (
-    SELECT id
+    SELECT id, priority, run_after, name = ANY(%(async_names)s::text[]) AS is_async
     FROM pgjobs_job
     WHERE status = 'ready'
       AND run_after <= now()
@@ -83,23 +87,58 @@ WITH candidates AS (
     ORDER BY priority DESC, run_after, id
     LIMIT %(limit)s::int
     FOR UPDATE SKIP LOCKED
+),
+ranked AS (
+    SELECT id, is_async,
+           row_number() OVER (PARTITION BY is_async ORDER BY priority DESC, run_after, id)
+               AS place
+    FROM candidates
+),
+picked AS (
+    SELECT id,
+           place <= CASE WHEN is_async THEN %(async_starts)s::int ELSE %(sync_starts)s::int END
+               AS starts
+    FROM ranked
+    WHERE place <= CASE WHEN is_async THEN %(async_room)s::int ELSE %(sync_room)s::int END
 )
 UPDATE pgjobs_job AS j
 SET status = 'running',
-    attempts = j.attempts + 1,
+    attempts = j.attempts + picked.starts::int,
     max_attempts = GREATEST(j.max_attempts, j.attempts + 1),
     claim_token = %(token)s::uuid,
     worker = %(worker)s,
-    started_at = now(),
+    started_at = CASE WHEN picked.starts THEN now() END,
+    first_started_at = CASE WHEN picked.starts THEN COALESCE(j.first_started_at, now())
+                            ELSE j.first_started_at END,
     lease_expires_at = now() + %(lease_seconds)s::float8 * interval '1 second'
-FROM candidates
-WHERE j.id = candidates.id
-RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempts, j.max_attempts,
+FROM picked
+WHERE j.id = picked.id AND (picked.starts OR NOT j.returned_unstarted)
+RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs,
+          j.attempts + (NOT picked.starts)::int AS attempts, j.max_attempts,
           j.timeout,
           j.task_backend,
           extract(epoch FROM j.run_after)::float8 AS run_after,
           extract(epoch FROM j.created_at)::float8 AS created_at, j.keep_result,
-          j.abort_requested_at IS NOT NULL AS abort_requested;
+          j.abort_requested_at IS NOT NULL AS abort_requested, NOT picked.starts AS held;
+
+-- name: mark_started
+-- Record the start of held jobs an executor took, `ago` seconds back: their attempt counted;
+-- fenced. A row whose start is already recorded is left alone.
+UPDATE pgjobs_job AS j
+SET attempts = j.attempts + 1,
+    started_at = now() - started.ago * interval '1 second',
+    first_started_at = COALESCE(j.first_started_at, now() - started.ago * interval '1 second')
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(ago)s::float8[]) AS started(id, token, ago)
+WHERE j.id = started.id AND j.claim_token = started.token AND j.status = 'running'
+  AND j.started_at IS NULL
+RETURNING j.id;
+
+-- part: count_unrecorded_start
+-- SET items of the statements that end an attempt (alias j): a held job whose start the worker
+-- had not recorded yet (started_at NULL) has its attempt counted and its start set now.
+attempts = j.attempts + (j.started_at IS NULL)::int,
+started_at = COALESCE(j.started_at, now()),
+first_started_at = COALESCE(j.first_started_at, j.started_at, now())
 
 -- name: complete_jobs
 -- Delete successful jobs, fenced: only rows still running under the claim token given.
@@ -111,7 +150,8 @@ RETURNING j.id;
 -- name: complete_jobs_retained
 -- Mark successful jobs as 'successful' (retention on), fenced like complete_jobs.
 UPDATE pgjobs_job AS j
-SET status = 'successful', finished_at = now(), lease_expires_at = NULL, claim_token = NULL
+SET status = 'successful', finished_at = now(), lease_expires_at = NULL, claim_token = NULL,
+    {{count_unrecorded_start}}
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS done(id, token)
 WHERE j.id = done.id AND j.claim_token = done.token AND j.status = 'running'
 RETURNING j.id;
@@ -122,7 +162,7 @@ RETURNING j.id;
 -- the others keep the complete_jobs path.
 UPDATE pgjobs_job AS j
 SET status = 'successful', finished_at = now(), lease_expires_at = NULL, claim_token = NULL,
-    result = done.result
+    result = done.result, {{count_unrecorded_start}}
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(results)s::jsonb[]) AS done(id, token, result)
 WHERE j.id = done.id AND j.claim_token = done.token AND j.status = 'running'
 RETURNING j.id;
@@ -149,21 +189,22 @@ claimed AS ({{claim_jobs}})
 SELECT claimed.*, NULL::bigint[] AS completed FROM claimed
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       ARRAY(SELECT id FROM completed);
+       NULL, ARRAY(SELECT id FROM completed);
 
 -- name: retry_job
 -- Put a failed job back to 'ready' after `delay_seconds`, appending the error; fenced. A job
 -- whose abort was requested is never retried (no row: the worker dead-letters it as aborted).
-UPDATE pgjobs_job
+UPDATE pgjobs_job AS j
 SET status = 'ready',
     run_after = now() + %(delay_seconds)s * interval '1 second',
-    errors = errors || %(error)s::jsonb,
+    errors = j.errors || %(error)s::jsonb,
     claim_token = NULL,
     lease_expires_at = NULL,
-    worker = ''
-WHERE id = %(id)s AND claim_token = %(token)s::uuid AND status = 'running'
-  AND abort_requested_at IS NULL
-RETURNING id;
+    worker = '',
+    {{count_unrecorded_start}}
+WHERE j.id = %(id)s AND j.claim_token = %(token)s::uuid AND j.status = 'running'
+  AND j.abort_requested_at IS NULL
+RETURNING j.id;
 
 -- name: dead_letter_job
 -- Move one job to pgjobs_deadletter in one statement, appending the final error; fenced.
@@ -171,7 +212,7 @@ WITH moved AS (
     DELETE FROM pgjobs_job
     WHERE id = %(id)s AND claim_token = %(token)s::uuid AND status = 'running'
     RETURNING *, %(reason)s::text AS reason, %(error_type)s::text AS error_type,
-              %(error)s::jsonb AS error
+              %(error)s::jsonb AS error, started_at IS NULL AS unrecorded_start
 )
 {{bury_moved}};
 
@@ -188,27 +229,35 @@ WITH moved AS (
                         || ' (' || to_char(abort_requested_at AT TIME ZONE 'UTC',
                                            'YYYY-MM-DD HH24:MI:SS') || ' UTC)'
               END || ': ' || %(summary)s::text AS reason,
-              'Aborted'::text AS error_type, %(error)s::jsonb AS error
+              'Aborted'::text AS error_type, %(error)s::jsonb AS error,
+              started_at IS NULL AS unrecorded_start
 )
 {{bury_moved}};
 
 -- part: bury_moved
--- Insert the rows of the CTE `moved` (deleted pgjobs_job rows plus `reason`, `error_type` and
--- `error`, a one-element jsonb array appended to their errors) into pgjobs_deadletter.
+-- Insert the rows of the CTE `moved` (deleted pgjobs_job rows plus `reason`, `error_type`,
+-- `error`, a one-element jsonb array appended to their errors, and `unrecorded_start`: the
+-- attempt ending was a held job's whose start was not recorded yet, counted here) into
+-- pgjobs_deadletter.
 INSERT INTO pgjobs_deadletter (job_id, name, queue, priority, args, kwargs, attempts,
                                max_attempts, unique_key, timeout, reason, error_type, errors,
-                               created_at, started_at, failed_at, keep_result, task_backend)
-SELECT id, name, queue, priority, args, kwargs, attempts, max_attempts, unique_key, timeout,
-       reason, error_type, errors || error, created_at, started_at, now(), keep_result,
-       task_backend
+                               created_at, started_at, first_started_at, failed_at, keep_result,
+                               task_backend)
+SELECT id, name, queue, priority, args, kwargs, attempts + unrecorded_start::int, max_attempts,
+       unique_key, timeout, reason, error_type, errors || error, created_at,
+       CASE WHEN unrecorded_start THEN now() ELSE started_at END,
+       COALESCE(first_started_at, started_at, CASE WHEN unrecorded_start THEN now() END),
+       now(), keep_result, task_backend
 FROM moved
 RETURNING id
 
 -- name: release_jobs
--- Hand claimed-but-unstarted jobs back without spending their attempt (graceful shutdown).
+-- Hand claimed-but-unstarted jobs back without spending their attempt (graceful shutdown):
+-- the claim counted it only for a job it started at once (started_at set), so only that is
+-- given back; a held job's was never counted.
 UPDATE pgjobs_job AS j
-SET status = 'ready', attempts = j.attempts - 1, claim_token = NULL, lease_expires_at = NULL,
-    worker = ''
+SET status = 'ready', attempts = j.attempts - (j.started_at IS NOT NULL)::int,
+    claim_token = NULL, lease_expires_at = NULL, worker = ''
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS handed(id, token)
 WHERE j.id = handed.id AND j.claim_token = handed.token AND j.status = 'running'
 RETURNING j.id;
@@ -224,11 +273,18 @@ WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
 RETURNING j.id, j.abort_requested_at IS NOT NULL AS abort_requested;
 
 -- name: rescue_expired
--- Jobs whose lease expired (their worker died or hung): back to 'ready' with an error entry, or
--- to the dead-letter table when that was their last attempt or their abort was requested (as
--- aborted: never run again). One statement; SKIP LOCKED lets several workers run it at once.
+-- Jobs whose lease expired (their worker died or hung). A job whose start was recorded goes
+-- back to 'ready' with an error entry, or to the dead-letter table when that was its last
+-- attempt; a held job whose start was not (`started_at` NULL) goes back as it was, attempt not
+-- spent, no error, its place in line kept, marked `returned_unstarted` for good (from then on
+-- it is only claimed to start at once, its attempt counted before it runs: a job that kills its
+-- worker as it starts gets one start unrecorded at most, then spends its attempts). A
+-- job whose abort was requested is dead-lettered as aborted (never run again). One statement;
+-- SKIP LOCKED lets several workers run it at once.
 WITH expired AS (
-    SELECT id, attempts >= max_attempts OR abort_requested_at IS NOT NULL AS exhausted,
+    SELECT id, started_at IS NOT NULL AS started,
+           (started_at IS NOT NULL AND attempts >= max_attempts)
+               OR abort_requested_at IS NOT NULL AS exhausted,
            jsonb_build_array(jsonb_build_object(
                'at', now(), 'attempt', attempts, 'type', 'LeaseExpired',
                'message', 'lease expired while running on worker ' || worker,
@@ -252,18 +308,23 @@ moved AS (
               END AS reason,
               CASE WHEN j.abort_requested_at IS NULL THEN 'LeaseExpired' ELSE 'Aborted' END
                   AS error_type,
-              expired.error
+              CASE WHEN expired.started THEN expired.error ELSE '[]'::jsonb END AS error,
+              false AS unrecorded_start
 ),
 buried AS ({{bury_moved}}),
 requeued AS (
     UPDATE pgjobs_job AS j
-    SET status = 'ready', run_after = now(), claim_token = NULL, lease_expires_at = NULL,
-        worker = '', errors = j.errors || expired.error
+    SET status = 'ready', claim_token = NULL, lease_expires_at = NULL, worker = '',
+        run_after = CASE WHEN expired.started THEN now() ELSE j.run_after END,
+        errors = CASE WHEN expired.started THEN j.errors || expired.error ELSE j.errors END,
+        returned_unstarted = j.returned_unstarted OR NOT expired.started
     FROM expired
     WHERE j.id = expired.id AND NOT expired.exhausted
-    RETURNING j.id
+    RETURNING j.id, expired.started
 )
-SELECT (SELECT count(*) FROM requeued) AS requeued, (SELECT count(*) FROM buried) AS buried;
+SELECT (SELECT count(*) FROM requeued WHERE started) AS requeued,
+       (SELECT count(*) FROM buried) AS buried,
+       (SELECT count(*) FROM requeued WHERE NOT started) AS returned;
 
 -- name: prune_succeeded
 -- Delete up to `limit` successful jobs finished more than `keep_seconds` ago, or, for jobs that
@@ -286,12 +347,13 @@ RETURNING id;
 -- the newest, should it have failed more than once under this id), through pgjobs_dl_job_idx.
 SELECT * FROM (
     (SELECT 0 AS source, id, name, queue, priority, args, kwargs, status, result, errors,
-            attempts, max_attempts, created_at, run_after, started_at, finished_at, worker,
-            keep_result, task_backend
+            attempts, max_attempts, created_at, run_after, started_at, first_started_at,
+            finished_at, worker, keep_result, task_backend
      FROM pgjobs_job WHERE id = %(id)s)
     UNION ALL
     (SELECT 1, job_id, name, queue, priority, args, kwargs, 'failed', NULL, errors, attempts,
-            max_attempts, created_at, NULL, started_at, failed_at, '', keep_result, task_backend
+            max_attempts, created_at, NULL, started_at, first_started_at, failed_at, '',
+            keep_result, task_backend
      FROM pgjobs_deadletter WHERE job_id = %(id)s
      ORDER BY failed_at DESC, id DESC
      LIMIT 1)

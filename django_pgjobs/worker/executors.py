@@ -131,6 +131,8 @@ class ExecutorPool:
                     if item is None:
                         return
                     job, definition = item
+                    if job.held:  # its attempt is counted now: the dispatcher records it
+                        self.worker.starts.started(job, time.monotonic())
                     own.before_job(job)
                     result = self._execute(job, definition)
                     self.worker.events.put(self._settle_connections(own, result))

@@ -36,6 +36,7 @@ from .outcomes import WAKE, Failed, HandBack, LostLease, Stats, Succeeded, one_l
 from .ownership import ThreadOwner
 from .shutdown import Shutdown
 from .slots import Slots
+from .starts import PendingStarts
 from .stopping import SignalHandlers, StopState
 from .timeouts import Timeouts
 
@@ -134,6 +135,7 @@ class Worker:
         self.stop = StopState(self.shutdown_grace)
         self.db = DispatcherDatabase(self.alias, self.stop)
         self.acks = Acknowledgements(self)
+        self.starts = PendingStarts(self)
         self.failures = FailurePolicy(self)
         self.executors = ExecutorPool(self)
         self.slots = Slots(self, async_concurrency)
@@ -203,6 +205,8 @@ class Worker:
                 self._drain_events(block_for=0)
                 if not self._claim_due(more_ready, next_poll) and self.acks.due():
                     self.acks.flush()  # else they wait, or the claim below carries them
+                if self.starts.due():
+                    self.starts.flush()
                 now = time.monotonic()
                 for unit in units:
                     unit.run_if_due(now)
@@ -254,9 +258,9 @@ class Worker:
                 deadline = min(deadline, next_poll)
             if stop.requested.is_set() and grace_deadline is not None:
                 deadline = min(deadline, grace_deadline)
-            ack_deadline = self.acks.deadline()
-            if ack_deadline is not None:
-                deadline = min(deadline, ack_deadline)
+            for due in (self.acks.deadline(), self.starts.deadline()):
+                if due is not None:
+                    deadline = min(deadline, due)
             if self._claim_due(more_ready, next_poll):
                 continue
             self._drain_events(block_for=max(0.0, deadline - time.monotonic()))
@@ -267,22 +271,24 @@ class Worker:
 
     def _claim_due(self, more_ready: bool, next_poll: float) -> bool:
         """Claim now: jobs may be ready (last claim full, woken, or poll due) and it is worth a
-        statement: an executor may soon be idle (fewer jobs waiting locally than executors), or
-        half the room is free. Without prefetch every free slot is an idle executor."""
-        if self.stop.requested.is_set():
+        statement: for sync jobs, an executor may soon be idle (fewer jobs waiting locally than
+        executors), half their room is free, or acknowledgements are due; for async jobs, a
+        slot is free and async jobs may be ready (``Slots.async_wanted``). Without prefetch
+        every free sync slot is an idle executor."""
+        if self.stop.requested.is_set() or self._capacity() == 0:
             return False
-        room = self._capacity()
-        if room == 0:
+        fresh = (
+            self._wake_pending.is_set() or time.monotonic() >= next_poll or self.slots.kind_freed()
+        )
+        if not (more_ready or fresh):
             return False
-        if not (
-            more_ready
-            or self._wake_pending.is_set()
-            or time.monotonic() >= next_poll
-            or self.slots.kind_freed()
-        ):
-            return False
-        return self.executors.waiting() < self.concurrency or room * 2 >= min(
-            self.batch_size, self.concurrency + self.prefetch
+        sync_room, async_room = self.slots.rooms()
+        if async_room and self.slots.async_wanted(fresh):
+            return True
+        return sync_room > 0 and (
+            self.executors.waiting() < self.concurrency
+            or sync_room * 2 >= min(self.batch_size, self.concurrency + self.prefetch)
+            or self.acks.due()  # a statement goes anyway: let it claim too
         )
 
     @property
@@ -310,10 +316,11 @@ class Worker:
         self.acks.flush_results()  # only jobs that keep their result: the claim carries the others
         limit = min(self._capacity(), self.batch_size)
         acks = self.acks.pending
+        plan = self.slots.plan(limit)
         done, jobs = operations.complete_and_claim_jobs(
             self.db.connection(),
             acks,
-            limit=limit,
+            plan=plan,
             worker=self.id,
             queues=self.queues,
             lease_seconds=self.lease_seconds,
@@ -322,7 +329,7 @@ class Worker:
             prepared=self.listen,
         )
         self.acks.sent(acks, done)
-        full = len(jobs) == limit
+        full = self.slots.filled_a_room(plan, jobs) or len(jobs) == limit
         free_slots = self.concurrency - len(self.held) + len(self.slots.async_held)
         runnable = []
         for job in jobs:
@@ -330,6 +337,8 @@ class Worker:
             definition = self.failures.admit(job)
             if definition is not None:
                 runnable.append((job, definition))
+        # the jobs whose attempt the claim counted go first: the free executors take them at once
+        runnable.sort(key=lambda pair: pair[0].held)
         surplus = self.slots.beyond_free(runnable, free_slots)
         # jobs handed back are ready again: a burst worker must not take this claim as the end
         full = full or bool(surplus)
@@ -364,10 +373,14 @@ class Worker:
     # -- events from the executors and the listener ---------------------------------------------
 
     def _drain_events(self, block_for: float) -> None:
+        if block_for > 0:  # an executor that starts a held job meanwhile wakes it
+            block_for = self.starts.before_blocking(block_for)
         try:
             item = self.events.get(timeout=block_for) if block_for > 0 else self.events.get_nowait()
         except queue_module.Empty:
             return
+        finally:
+            self.starts.wake_me = False
         while True:
             self._handle(item)
             try:
@@ -379,6 +392,8 @@ class Worker:
         self.owner.check()
         if item is WAKE:
             return
+        if isinstance(item, (Succeeded, Failed, HandBack, LostLease)):
+            self.starts.finished(item.job)
         if self.timeouts.outcome_dropped(item):
             return
         if isinstance(item, (Succeeded, Failed)) and self.adaptive is not None:
@@ -421,6 +436,7 @@ class Worker:
         if self.held.get(job.id) is job:
             del self.held[job.id]
             self.slots.done(job)
+            self.starts.finished(job)
 
     def _register(self) -> None:
         operations.register_worker(

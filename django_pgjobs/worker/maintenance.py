@@ -95,13 +95,19 @@ class Rescuer(MaintenanceUnit):
     def run_once(self) -> None:
         worker = self.worker
         connection = worker.db.connection()
-        requeued, buried = operations.rescue_expired(connection)
-        if requeued or buried:
+        rescued = operations.rescue(connection)
+        if rescued.requeued or rescued.dead_lettered:
             logger.warning(
                 "rescued %d job(s) with expired leases (%d requeued, %d dead-lettered)",
-                requeued + buried,
-                requeued,
-                buried,
+                rescued.requeued + rescued.dead_lettered,
+                rescued.requeued,
+                rescued.dead_lettered,
+            )
+        if rescued.returned_unstarted:
+            logger.warning(
+                "gave back %d held job(s) whose worker died before they started (attempt not "
+                "spent)",
+                rescued.returned_unstarted,
             )
         # always: jobs that keep their result are retained whatever KEEP_SUCCEEDED_SECONDS says
         operations.prune_succeeded(connection, worker.keep_succeeded, worker.keep_results)

@@ -1,0 +1,108 @@
+"""Jobs a worker holds (prefetched) are not running: a worker killed while holding them gives
+them back with their attempt unspent, while a job that started still spends its attempt, so a
+job that kills its worker still ends in the dead letters (invariant 15)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter as Tally
+
+import pytest
+from helpers import wait_until
+
+from django_pgjobs.models import DeadLetter, Job
+from testproject.demo import jobs as demo
+from testproject.demo.models import Execution
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+FAST_LEASES = {
+    "PGJOBS_LEASE_SECONDS": "1.5",
+    "PGJOBS_HEARTBEAT_SECONDS": "0.5",
+    "PGJOBS_RESCUE_INTERVAL_SECONDS": "0.5",
+}
+
+
+def running_on(conn, worker) -> int:
+    return conn.execute(
+        "SELECT count(*) FROM pgjobs_job WHERE status = 'running' AND worker LIKE %s",
+        (f"%:{worker.pid}:%",),
+    ).fetchone()[0]
+
+
+def drain_with_a_second_worker(start_worker) -> None:
+    survivor = start_worker("--concurrency", "4", env=FAST_LEASES)
+    wait_until(lambda: not Job.objects.exists(), timeout=90)
+    survivor.signal(signal.SIGTERM)
+    assert survivor.wait(30) == 0, survivor.output()
+
+
+def test_held_jobs_of_a_sigkilled_worker_keep_their_attempt_and_the_running_one_spends_it(
+    start_worker, other_connection
+):
+    """``--prefetch 10``, one executor, single-attempt jobs of 0.6 s: killed while the third
+    runs, the worker held eight more. Those eight run and succeed afterwards; the third, which
+    had started, is dead-lettered: its one attempt was spent."""
+    labels = [f"held-{i}" for i in range(11)]
+    single = demo.record.using(max_attempts=1)
+    jobs = [single.enqueue(label, sleep=0.6) for label in labels]
+    victim = start_worker("--concurrency", "1", "--prefetch", "10", env=FAST_LEASES)
+    wait_until(lambda: Execution.objects.count() >= 2, timeout=60, interval=0.02)
+    time.sleep(0.3)  # the third job is well into its sleep
+    assert running_on(other_connection, victim) == 9  # one running, eight held
+    victim.kill()
+    drain_with_a_second_worker(start_worker)
+
+    dead = DeadLetter.objects.get()  # only the job that was running
+    assert dead.job_id == jobs[2].pk and dead.attempts == 1, (dead.job_id, dead.reason)
+    assert dead.error_type == "LeaseExpired" and "attempts exhausted" in dead.reason
+    ran = Tally(Execution.objects.values_list("label", flat=True))
+    assert ran == Tally(label for label in labels if label != "held-2")
+    assert set(Execution.objects.values_list("attempt", flat=True)) == {1}
+
+
+def test_a_no_flags_worker_sigkilled_with_held_jobs_dead_letters_none_that_never_started(
+    start_worker, other_connection
+):
+    """No flags: 4 executors and the adaptive prefetch, which holds about 20 of these 20 ms
+    jobs. After the kill, every job that never started runs and succeeds; only jobs that had
+    started can have spent their one attempt."""
+    labels = [f"short-{i}" for i in range(600)]
+    demo.record.using(max_attempts=1).enqueue_many(
+        [((label,), {"sleep": 0.02}) for label in labels]
+    )
+    victim = start_worker(env=FAST_LEASES)
+    wait_until(lambda: running_on(other_connection, victim) > 12, timeout=60, interval=0.005)
+    victim.kill()
+    before_kill = set(Execution.objects.values_list("label", flat=True))
+    drain_with_a_second_worker(start_worker)
+
+    dead = {args[0] for args in DeadLetter.objects.values_list("args", flat=True)}
+    ran = set(Execution.objects.values_list("label", flat=True))
+    assert ran | dead == set(labels)  # nothing lost
+    # Dead-lettered: a job that ran before the kill (its acknowledgement was not sent yet), or
+    # one of the 4 running at the kill; never one that was only held.
+    running_at_the_kill = dead - before_kill
+    assert len(running_at_the_kill) <= 4, f"held jobs spent their attempt: {sorted(dead)}"
+
+
+def test_a_held_job_that_kills_its_worker_still_ends_in_the_dead_letters(start_worker):
+    """The job that kills its worker waits held behind two others; its first start is not
+    recorded before it kills the worker (it is given back unspent), but from then on it is only
+    claimed to start at once, its attempt counted: dead-lettered after its 2 attempts, having
+    killed 3 workers at most."""
+    demo.record.enqueue_many([(("before-1",), {"sleep": 0.3}), (("before-2",), {"sleep": 0.3})])
+    poison = demo.crash_worker.enqueue()  # max_attempts=2, calls os._exit(13)
+    deadline = time.monotonic() + 90
+    exits = []
+    while not DeadLetter.objects.exists():
+        assert time.monotonic() < deadline, f"never dead-lettered; exits: {exits}"
+        worker = start_worker("--concurrency", "1", "--prefetch", "10", "--burst", env=FAST_LEASES)
+        exits.append(worker.wait(timeout=60))
+        time.sleep(1.7)  # the lease of what it held expires
+    dead = DeadLetter.objects.get()
+    assert dead.job_id == poison.pk and dead.attempts == 2
+    assert dead.error_type == "LeaseExpired" and "attempts exhausted" in dead.reason
+    assert exits.count(13) <= 3, exits  # two counted attempts, at most one start unrecorded
+    assert set(Execution.objects.values_list("label", flat=True)) == {"before-1", "before-2"}
