@@ -169,3 +169,34 @@ def test_a_timed_out_async_job_has_its_own_statement_cancelled(start_worker, oth
     wait_until(lambda: not Job.objects.exists(), timeout=10)
     assert list(Execution.objects.values_list("label", flat=True)) == ["after it"]
     worker.kill()
+
+
+def test_a_retry_on_the_same_worker_does_not_hide_its_attempt_before_still_running(start_worker):
+    # the retry starts 0.05 s after the timeout, before the worker gives up on attempt 1 (1 s)
+    demo.ignore_cancellation_retried_at_once.using(timeout=0.5).enqueue("ignores")
+    worker = start_worker(env={"PGJOBS_MAX_STUCK_THREADS": "2"})
+    # both attempts are given up on: two stuck tasks, exit 3 (before: attempt 1 was forgotten
+    # once its retry started, went on writing beside it and was never counted)
+    assert worker.wait(timeout=20) == 3, worker.output()
+    output = worker.output()
+    assert output.count("still runs 1s after its task was cancelled (it caught") == 2, output
+    first, second = _times("ignores", 1), _times("ignores", 2)
+    assert first and second
+    assert max(first) < max(second)  # attempt 1 stopped writing when given up on
+
+
+def test_a_lane_still_running_a_cancelled_call_serves_no_other_job(start_worker):
+    # cancelled at its timeout while its first call sleeps 5 s and its second waits behind it
+    demo.block_two_calls.enqueue(5)
+    worker = start_worker()
+    wait_until(lambda: "still runs 1s after its task was cancelled" in worker.output(), timeout=20)
+    demo.record_async.using(timeout=2).enqueue("next job")
+    # the next async job gets a lane of its own and runs at once (before: it took the lane of
+    # the sleeping call, waited behind it, timed out and was given up on as stuck)
+    wait_until(lambda: Execution.objects.filter(label="next job").exists(), timeout=3)
+    wait_until(lambda: not Job.objects.exists(), timeout=10)
+    assert list(DeadLetter.objects.values_list("error_type", flat=True)) == [
+        "django_pgjobs.JobTimeout"
+    ]
+    assert "record_async" not in worker.output()
+    worker.kill()

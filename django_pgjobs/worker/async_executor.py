@@ -40,12 +40,13 @@ class AsyncExecutor:
         self.worker = worker
         self.loop: asyncio.AbstractEventLoop | None = None
         self.thread: threading.Thread | None = None
-        # job id -> (job, task) of the jobs running now: written on the loop thread; the
-        # dispatcher reads it (a plain dict read) to find a running job.
-        self.running: dict[int, tuple[ClaimedJob, asyncio.Task]] = {}
-        # job id -> (job, the error to fail it with, when its task was cancelled): added by the
+        # attempt (``attempt_of``) -> (job, task) of the jobs running now: written on the loop
+        # thread; the dispatcher reads it (a plain dict read) to find a running job. By attempt,
+        # not by job id: a job's retry may start here while its cancelled attempt runs on.
+        self.running: dict[tuple, tuple[ClaimedJob, asyncio.Task]] = {}
+        # attempt -> (job, the error to fail it with, when its task was cancelled): added by the
         # dispatcher, removed by the loop when the task ends
-        self.cancelled: dict[int, tuple[ClaimedJob, BaseException, float]] = {}
+        self.cancelled: dict[tuple, tuple[ClaimedJob, BaseException, float]] = {}
         self.submitted: dict[int, ClaimedJob] = {}  # handed over, task not created yet
         self._arrived: list = []  # (job, definition) for the loop's next _start_tasks()
         self._lock = threading.Lock()  # submitted: taken by the loop or by take_unstarted()
@@ -86,11 +87,11 @@ class AsyncExecutor:
         """(Any thread.) Cancel ``job`` if it is a running async job: True when its task was
         asked to stop; its outcome is then ``Failed(job, error, ...)`` (unless it finished
         before the cancellation reached it: then its own outcome)."""
-        entry = self.running.get(job.id)
+        entry = self.running.get(attempt_of(job))
         if entry is None or entry[0] is not job:
             return False
-        if self.cancelled.get(job.id, (None,))[0] is not job:  # else cancelled already
-            self.cancelled[job.id] = (job, error, time.monotonic())
+        if self.cancelled.get(attempt_of(job), (None,))[0] is not job:  # else cancelled already
+            self.cancelled[attempt_of(job)] = (job, error, time.monotonic())
         self.loop.call_soon_threadsafe(entry[1].cancel)
         return True
 
@@ -99,10 +100,10 @@ class AsyncExecutor:
         ``older_than`` (monotonic) and still runs: it swallowed its cancellation, or waits on a
         blocking call."""
         still = []
-        for job_id, (job, error, at) in list(self.cancelled.items()):
-            job_and_task = self.running.get(job_id, (None, None))
+        for attempt, (job, error, at) in list(self.cancelled.items()):
+            job_and_task = self.running.get(attempt, (None, None))
             if job_and_task[0] is not job:
-                self.cancelled.pop(job_id, None)  # ended just before its cancellation
+                self.cancelled.pop(attempt, None)  # ended just before its cancellation
             elif at < older_than:
                 still.append((job, error, job_and_task[1]))
         return still
@@ -175,7 +176,7 @@ class AsyncExecutor:
             task = self.loop.create_task(
                 self._execute(job, definition, lane), name=f"pgjobs-{job.id}"
             )
-            self.running[job.id] = (job, task)
+            self.running[attempt_of(job)] = (job, task)
 
     async def _execute(
         self, job: ClaimedJob, definition: registry.JobDefinition, lane: Lane
@@ -194,10 +195,10 @@ class AsyncExecutor:
             result = Failed(job, self._cancellation(job, error), 0.0)
         finally:
             unbind(key)
-            if self.running.get(job.id, (None,))[0] is job:
-                del self.running[job.id]
-            if self.cancelled.get(job.id, (None,))[0] is job:
-                self.cancelled.pop(job.id, None)
+            if self.running.get(attempt_of(job), (None,))[0] is job:
+                del self.running[attempt_of(job)]
+            if self.cancelled.get(attempt_of(job), (None,))[0] is job:
+                self.cancelled.pop(attempt_of(job), None)
             # a lane whose check did not run (cancelled meanwhile), or that still runs a call of
             # this job, may hold a transaction: it serves no other job
             self.lanes.give_back(lane, reusable=checked and lane.idle())
@@ -217,7 +218,7 @@ class AsyncExecutor:
         send(signals.job_started, self.worker.sender, job=job)
 
     def _cancellation(self, job: ClaimedJob, error: BaseException) -> BaseException:
-        cancelled = self.cancelled.get(job.id)
+        cancelled = self.cancelled.get(attempt_of(job))
         return cancelled[1] if cancelled is not None and cancelled[0] is job else error
 
     async def _await_job(self, job: ClaimedJob, definition: registry.JobDefinition):
@@ -247,3 +248,8 @@ class AsyncExecutor:
         if left_open is not None and isinstance(result, Succeeded):
             return Failed(result.job, left_open, result.duration)
         return result
+
+
+def attempt_of(job: ClaimedJob) -> tuple:
+    """A job's attempt on this worker: its claim (a retry is claimed with another token)."""
+    return (job.id, job.claim_token)

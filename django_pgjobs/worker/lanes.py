@@ -45,7 +45,9 @@ class Lane(Executor):
         # it): when that job ends its thread closes its connections and ends.
         self.retired = False
         self._calls: queue.SimpleQueue = queue.SimpleQueue()
-        self._last: Future | None = None  # calls run in order: when it is done, all are
+        # Calls submitted and not done. Not just the last one: a call cancelled while it waits
+        # is done at once, though the call before it may still run (asgiref cannot stop it).
+        self._unfinished: list[Future] = []
 
     def submit(self, fn, /, *args, **kwargs) -> Future:
         if self.thread is None:
@@ -53,13 +55,15 @@ class Lane(Executor):
             self.thread.start()
         future: Future = Future()
         self._calls.put((future, fn, args, kwargs))
-        self._last = future
+        self._unfinished = [call for call in self._unfinished if not call.done()]
+        self._unfinished.append(future)
         return future
 
     def idle(self) -> bool:
         """No call submitted is still waiting or running (say, one a cancelled task stopped
         awaiting: asgiref cannot stop it)."""
-        return self._last is None or self._last.done()
+        self._unfinished = [call for call in self._unfinished if not call.done()]
+        return not self._unfinished
 
     def after_job(self):
         """(On the lane's thread.) ``ExecutorConnections.after_job`` of its connections."""

@@ -31,6 +31,7 @@ from .. import operations
 from ..conf import get_config
 from ..errors import JobTimeout
 from ..operations import ClaimedJob
+from .async_executor import attempt_of
 from .maintenance import MaintenanceUnit
 from .outcomes import one_line
 
@@ -119,7 +120,7 @@ class Timeouts(MaintenanceUnit):
         recorded yet (an abort) is recorded as failed now; it counts as stuck."""
         worker = self.worker
         if worker.held.get(job.id) is job:  # first: a database error here repeats it all
-            self.dropping[_claim_of(job)] = job
+            self.dropping[attempt_of(job)] = job
             worker.failures.record_failure(job, error)
         lane.retired = True
         self.stuck_tasks.append(task)
@@ -138,18 +139,19 @@ class Timeouts(MaintenanceUnit):
         if not self.dropping:
             return False
         job = getattr(item, "job", None)
-        if job is not None and self.dropping.get(_claim_of(job)) is job:
-            del self.dropping[_claim_of(job)]
+        if job is not None and self.dropping.get(attempt_of(job)) is job:
+            del self.dropping[attempt_of(job)]
             return True
         return False
 
     def expire(self, job: ClaimedJob) -> None:
         worker = self.worker
         executors = worker.executors
-        executor = None if job.id in executors.async_executor.running else executors.retire(job)
+        running_async = attempt_of(job) in executors.async_executor.running
+        executor = None if running_async else executors.retire(job)
         where = _stack_of(executor.thread) if executor is not None else ""
         error = JobTimeout(f"timed out after {job.timeout:g} s{where}")
-        self.dropping[_claim_of(job)] = job
+        self.dropping[attempt_of(job)] = job
         logger.warning("job %s #%s timed out after %gs", job.name, job.id, job.timeout)
         worker.failures.record_failure(job, error)  # fenced; stops its heartbeat
         if executor is None:
@@ -171,10 +173,6 @@ class Timeouts(MaintenanceUnit):
                 end(connection, pids)
             except DatabaseError as error:
                 logger.warning("could not end a timed-out job's statement: %s", one_line(error))
-
-
-def _claim_of(job: ClaimedJob) -> tuple:
-    return (job.id, job.claim_token)
 
 
 def _stack_of(thread) -> str:

@@ -247,6 +247,20 @@ async def ignore_cancellation(label: str, seconds: float = 30) -> None:
             await asyncio.sleep(0.1)
 
 
+@job(max_attempts=2, retry=RetryPolicy(base_seconds=0.05, cap_seconds=0.05, jitter=0))
+async def ignore_cancellation_retried_at_once(label: str, seconds: float = 30) -> None:
+    """``ignore_cancellation`` whose retry starts before the worker gives up on the attempt
+    before it (on the same worker, a single one)."""
+    await ignore_cancellation.func(label, seconds)
+
+
+@job(max_attempts=1, timeout=0.5)
+async def block_two_calls(seconds: float) -> None:
+    """Two blocking calls at once on its ORM lane: the second waits behind the first, so a
+    cancellation (its timeout) cancels the waiting one while the first runs on."""
+    await asyncio.gather(sync_to_async(time.sleep)(seconds), sync_to_async(time.sleep)(0))
+
+
 @job(max_attempts=1, timeout=1)
 async def block_the_loop(seconds: float) -> None:
     """A blocking call inside an async def: the worker's event loop stops."""
