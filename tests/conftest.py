@@ -3,6 +3,13 @@
 The database is real PostgreSQL: ``DATABASE_URL`` if set, else a throwaway server started by
 testproject/settings.py (see testproject/throwaway_pg.py). pytest-django creates the test
 database on it; worker subprocesses get a ``DATABASE_URL`` naming that test database.
+
+The suite runs in parallel (pytest-xdist, ``-n`` in pyproject.toml's addopts). The controller
+loads the settings first, so it starts the one server of the run and exports its address; the
+xdist worker processes it starts inherit it and reuse it, each with a test database of its own
+(pytest-django names it after the worker: ``test_postgres_gw0``, ...). A test that restarts
+PostgreSQL takes ``own_postgresql_server``, so it never pulls the server from under the tests
+running beside it.
 """
 
 from __future__ import annotations
@@ -11,10 +18,41 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
+from django.core.management import call_command
+from django.db import connection
 from helpers import MANAGE, ROOT, WorkerProcess, database_url_for_tests
+
+from testproject import throwaway_pg
+
+# The admin's users (superuser, staff_no_perms, viewer): fixtures for every test module.
+pytest_plugins = ["admin_data"]
+
+
+def pytest_addoption(parser, pluginmanager) -> None:
+    """Accept the addopts' xdist options when xdist is off (``-p no:xdist``): a serial run."""
+    if not pluginmanager.has_plugin("xdist"):
+        group = parser.getgroup("xdist", "pytest-xdist is not loaded: these options do nothing")
+        # _addoption: what xdist itself calls, since pytest reserves lowercase short options
+        group._addoption("-n", "--numprocesses", dest="numprocesses", default=None)
+        group.addoption("--maxschedchunk", dest="maxschedchunk", default=None)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """The long runs (the chaos suite, half a minute to a minute each) first: a parallel run
+    hands them out to different workers at its start, two tests at a time (``--maxschedchunk``
+    in addopts), instead of ending on one of them while the other workers idle."""
+    items.sort(key=lambda item: item.get_closest_marker("chaos") is None)
+
+
+@pytest.fixture
+def admin_client(client, superuser):
+    """A client logged in as ``superuser`` (admin_data.py), instead of pytest-django's own."""
+    client.force_login(superuser)
+    return client
 
 
 @pytest.fixture
@@ -56,10 +94,37 @@ def start_worker(tmp_path) -> Iterator[Callable[..., WorkerProcess]]:
             process.kill()
 
 
+@pytest.fixture
+def own_postgresql_server(transactional_db) -> Iterator[Path]:
+    """A PostgreSQL server for this test alone, for a test that restarts it: the other tests of a
+    parallel run go on using the run's server. It holds this test's database, migrated; Django's
+    connection, the workers ``start_worker`` starts and ``throwaway_pg.restart()`` use it until
+    the end of the test. Yields its data directory."""
+    if throwaway_pg.data_dir() is None:
+        pytest.skip(
+            "a server of its own needs the suite's throwaway server; DATABASE_URL was given"
+        )
+    port, data = throwaway_pg.start_another()
+    try:
+        with psycopg.connect(f"postgresql://postgres@127.0.0.1:{port}/postgres") as conn:
+            conn.autocommit = True
+            conn.execute(f'CREATE DATABASE "{connection.settings_dict["NAME"]}"')
+        with pytest.MonkeyPatch.context() as patch:
+            url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+            patch.setenv("DATABASE_URL", url)
+            patch.setenv(throwaway_pg.ENV_DATA, str(data))
+            patch.setitem(connection.settings_dict, "HOST", "127.0.0.1")
+            patch.setitem(connection.settings_dict, "PORT", str(port))
+            connection.close()
+            call_command("migrate", verbosity=0)
+            yield data
+            connection.close()
+    finally:
+        throwaway_pg.stop_server(data)
+
+
 def pytest_report_header(config) -> str:
     """Which PostgreSQL the run uses: CI runs the suite on two major versions."""
-    from testproject import throwaway_pg
-
     with psycopg.connect(os.environ["DATABASE_URL"]) as conn:
         version = conn.info.server_version
     source = throwaway_pg.server_description() or "the server DATABASE_URL names"
