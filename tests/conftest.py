@@ -14,9 +14,12 @@ running beside it.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -31,6 +34,10 @@ from testproject import throwaway_pg
 # The admin's users (superuser, staff_no_perms, viewer): fixtures for every test module.
 pytest_plugins = ["admin_data"]
 
+# The directory of the locks that let a test run alone (pytest_runtest_protocol below), made by
+# the controller and shared by its worker processes.
+ENV_TURNS = "PGJOBS_TEST_TURNS"
+
 
 def pytest_addoption(parser, pluginmanager) -> None:
     """Accept the addopts' xdist options when xdist is off (``-p no:xdist``): a serial run."""
@@ -44,8 +51,40 @@ def pytest_addoption(parser, pluginmanager) -> None:
 def pytest_collection_modifyitems(config, items) -> None:
     """The long runs (the chaos suite, half a minute to a minute each) first: a parallel run
     hands them out to different workers at its start, two tests at a time (``--maxschedchunk``
-    in addopts), instead of ending on one of them while the other workers idle."""
-    items.sort(key=lambda item: item.get_closest_marker("chaos") is None)
+    in addopts), instead of ending on one of them while the other workers idle. The tests that
+    run ``alone`` last, when the others have little left to hold them up."""
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("alone") is not None,
+            item.get_closest_marker("chaos") is None,
+        )
+    )
+
+
+def pytest_configure(config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller (or a serial run): before workers
+        os.environ[ENV_TURNS] = tempfile.mkdtemp(prefix="pgjobs-test-turns-")
+
+
+def pytest_unconfigure(config) -> None:
+    if not hasattr(config, "workerinput"):
+        shutil.rmtree(os.environ.pop(ENV_TURNS, ""), ignore_errors=True)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test marked ``alone`` runs with no other test of the run beside it: it waits for the
+    tests under way in the other worker processes, which wait for it before their next one. A
+    shared lock per test, an exclusive one for ``alone``; the gate lets no new test in while an
+    ``alone`` test waits, so the others cannot keep it out."""
+    alone = item.get_closest_marker("alone") is not None
+    turns = Path(os.environ[ENV_TURNS])
+    with open(turns / "gate", "w") as gate, open(turns / "turn", "w") as turn:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(turn, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        if not alone:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        return (yield)  # the locks go with the files
 
 
 @pytest.fixture
