@@ -63,7 +63,12 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 def pytest_configure(config) -> None:
     if not hasattr(config, "workerinput"):  # the controller (or a serial run): before workers
-        os.environ[ENV_TURNS] = tempfile.mkdtemp(prefix="pgjobs-test-turns-")
+        # beside the throwaway server's data, so that its watcher deletes them with it when the
+        # run is killed
+        server = throwaway_pg.data_dir()
+        os.environ[ENV_TURNS] = tempfile.mkdtemp(
+            prefix="pgjobs-test-turns-", dir=server.parent if server else None
+        )
 
 
 def pytest_unconfigure(config) -> None:
