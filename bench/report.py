@@ -154,7 +154,9 @@ def write_reports(results: dict) -> str:
     if meta:
         lines.append("")
         lines.append(
-            f"Run: `{meta['command'].strip()}` on {meta['date']}, {meta['cpus']} CPUs, Python "
+            f"Run: `{meta['command'].strip()}`"
+            + (f" at commit {meta['commit']}" if meta.get("commit") else "")
+            + f" on {meta['date']}, {meta['cpus']} CPUs, Python "
             f"{meta['python']}, PostgreSQL {meta['server'].get('server_version')} "
             f"(fsync {meta['server'].get('fsync')}, synchronous_commit "
             f"{meta['server'].get('synchronous_commit')}), medians of {meta['repeat']} runs, "

@@ -5,8 +5,9 @@ commits (fsync, full_page_writes, synchronous_commit on: the server defaults); a
 ``DATABASE_URL`` is used as it is (its settings are recorded, never changed). Gives every system
 its own database on that one server and measures each installed system in turn with the same
 jobs and the same clock. Every number (throughput, latency percentiles, the raw-SQL limit, the
-claim cost) is the median of ``--repeat`` runs (3 by default). Writes
-``bench/results/latest.json`` and ``latest.md``.
+claim cost) is the median of ``--repeat`` runs (3 by default). Writes ``results.json`` (every
+sample) and ``results.md`` (the tables) to a directory of its own under ``bench-results/`` at
+the repository root (git-ignored; ``--out`` chooses another): bench/README.md.
 
     python -m bench                  # full run (see docs/benchmarks.md for how long it takes)
     python -m bench --quick          # smaller N, 500,000 history rows instead of 5 million
@@ -51,7 +52,8 @@ SYSTEMS: dict[str, dict] = {
         "reset": "TRUNCATE pgjobs_job, pgjobs_deadletter, pgjobs_worker",
         # tuned by trying, idle 2-core machine, medians of 3 (1 · 2 processes, jobs/s): c2 b200
         # p400 21.5k · 35.0k; c2 b500 p1000 26.3k · 41.5k; c1 b500 p1000 27.1k · 42.0k; this one
-        # 34.1k · 49.2k (bench/results/2026-11-23-tuning.md)
+        # 34.1k · 49.2k (the tuning runs of 2026-11-23: bench/results/2026-11-23-tuning.md at
+        # commit cdfb214, the last with bench/results/)
         "drain": ["--concurrency", "1", "--batch", "1000", "--prefetch", "2000"],
         "sleepy": ["--concurrency", "32"],  # the shape's parallelism; the rest, defaults
         # the same jobs as async def, 32 at once on one event loop (one executor thread idle)
@@ -543,7 +545,10 @@ def main(argv: list[str]) -> int:
         help="VACUUM ANALYZE the emptied tables between measurements (an idle queue meeting a "
         "burst)",
     )
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results"), help="output directory")
+    parser.add_argument(
+        "--out",
+        help="output directory (default: bench-results/<UTC start time>, git-ignored)",
+    )
     parser.add_argument(
         "--report", metavar="JSON", help="only rewrite the Markdown of an earlier run's JSON"
     )
@@ -581,6 +586,7 @@ def main(argv: list[str]) -> int:
     results = bench.run()
     results["meta"] = {
         "command": "python -m bench " + " ".join(argv),
+        "commit": checked_out_commit(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "seconds": round(time.time() - started),
         "quick": args.quick,
@@ -591,14 +597,31 @@ def main(argv: list[str]) -> int:
         "server": server,
         "versions": versions(),
     }
-    out = Path(args.out)
+    # Results are not source: each run writes a directory of its own outside the package tree.
+    out = Path(
+        args.out or ROOT / "bench-results" / time.strftime("%Y-%m-%dT%H%MZ", time.gmtime(started))
+    )
     out.mkdir(parents=True, exist_ok=True)
-    (out / "latest.json").write_text(json.dumps(results, indent=2, default=str))
+    (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
     markdown = write_reports(results)
-    (out / "latest.md").write_text(markdown)
+    (out / "results.md").write_text(markdown)
     print(markdown)
-    log(f"wrote {out / 'latest.json'} and {out / 'latest.md'} in {time.time() - started:.0f}s")
+    log(f"wrote {out / 'results.json'} and {out / 'results.md'} in {time.time() - started:.0f}s")
     return 0
+
+
+def checked_out_commit() -> str:
+    """The commit measured ("+changes" when the work tree differs from it), "" outside git."""
+    try:
+        head, changes = (
+            subprocess.run(
+                ["git", *command], cwd=ROOT, capture_output=True, text=True, check=True
+            ).stdout.strip()
+            for command in (["rev-parse", "--short", "HEAD"], ["status", "--porcelain", "-uno"])
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return head + ("+changes" if changes else "")
 
 
 def versions() -> dict:

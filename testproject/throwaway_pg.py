@@ -3,8 +3,9 @@
 ``database_url()`` returns ``DATABASE_URL`` when it is set. Otherwise it starts a server in a
 temporary directory (on a free port of 127.0.0.1 and a socket in that directory), exports its
 address as ``DATABASE_URL`` so every child process (``runjobs`` workers started by tests or by
-the demo) talks to the same server, and stops and deletes it when the process that started it
-exits.
+the demo, pytest-xdist's worker processes) talks to the same server, and stops and deletes it when
+the process that started it exits: at its normal exit, and through a watcher process when it is
+killed (a SIGTERM or SIGKILL skips ``atexit``), so an interrupted run leaves no server behind.
 
 Where the PostgreSQL binaries come from is ``$PGJOBS_PG_SOURCE``:
 
@@ -32,6 +33,7 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -197,8 +199,9 @@ def _pg_ctl(*args: str) -> None:
     )
 
 
-def start() -> str:
-    found = find_bin_dir()
+def _initdb(found: Path) -> tuple[Path, Path, int]:
+    """A new cluster in a temporary directory, not started: (the directory of the binaries that
+    run it, its data directory, its port)."""
     ids = _run_as()
     base = Path(tempfile.mkdtemp(prefix="pgjobs-pg-"))
     data = base / "data"
@@ -237,26 +240,79 @@ def start() -> str:
             "shared_buffers = 256MB\n"
             "max_locks_per_transaction = 256\n"
         )
+    return bin_dir, data, port
+
+
+def start() -> str:
+    found = find_bin_dir()
+    bin_dir, data, port = _initdb(found)
     os.environ[ENV_BIN] = str(bin_dir)
     os.environ[ENV_DATA] = str(data)
     os.environ[ENV_OWNER_PID] = str(os.getpid())
     os.environ[ENV_DESCRIPTION] = describe(found)
-    _pg_ctl("start", "-D", str(data), "-w", "-t", "60", "-l", str(base / "server.log"))
+    atexit.register(stop)
+    _start_watched(data)
     url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
     os.environ[ENV_URL] = url
-    atexit.register(stop)
     return url
 
 
-def stop() -> None:
-    if os.environ.get(ENV_OWNER_PID) != str(os.getpid()):
-        return
-    data = Path(os.environ[ENV_DATA])
+def start_another() -> tuple[int, Path]:
+    """A second server from the same binaries, for a test that restarts PostgreSQL while the
+    other tests of a parallel run go on using the first: its port and data directory. Stop it
+    with ``stop_server(data)``; if this process dies first, its watcher does."""
+    if data_dir() is None:
+        raise RuntimeError("start_another() needs the throwaway server; DATABASE_URL was given")
+    _, data, port = _initdb(Path(os.environ[ENV_BIN]))
+    _start_watched(data)
+    return port, data
+
+
+# The pipes of the watchers (see _start_watched) by data directory: open while their server runs.
+_watchers: dict[Path, subprocess.Popen] = {}
+
+
+def _start_watched(data: Path) -> None:
+    """Start the server of ``data`` and a process that stops it once this one is gone, however
+    it ended (a SIGTERM or SIGKILL skips ``atexit``): an interrupted run leaves no server behind.
+
+    The watcher reads a pipe whose only writer is this process (children started with
+    ``subprocess`` do not inherit it), so it reads its end when this process exits or is killed.
+    It runs in a session of its own: a Ctrl-C in the terminal does not stop it before its work.
+    """
+    _watchers[data] = subprocess.Popen(
+        # -I: the standard library only, not the modules beside this file
+        [sys.executable, "-I", __file__, "stop-when-orphaned", str(data)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    _pg_ctl("start", "-D", str(data), "-w", "-t", "60", "-l", str(data.parent / "server.log"))
+
+
+def _stop_when_orphaned(data: Path) -> None:
+    sys.stdin.buffer.read()  # returns once the owner's end of the pipe is closed
+    if data.exists():  # the owner was killed before it could stop its server
+        stop_server(data)
+
+
+def stop_server(data: Path) -> None:
+    """Stop the server of ``data`` and delete its files."""
     try:
         _pg_ctl("stop", "-D", str(data), "-m", "immediate", "-w", "-t", "30")
     except subprocess.CalledProcessError:
         pass
     shutil.rmtree(data.parent, ignore_errors=True)
+    watcher = _watchers.pop(data, None)
+    if watcher is not None:  # nothing left to watch: let it go
+        watcher.stdin.close()
+
+
+def stop() -> None:
+    if os.environ.get(ENV_OWNER_PID) != str(os.getpid()):
+        return
+    stop_server(Path(os.environ[ENV_DATA]))
 
 
 def data_dir() -> Path | None:
@@ -282,3 +338,7 @@ def restart(mode: str = "fast", pause_seconds: float = 0.0) -> None:
 
 def database_url() -> str:
     return os.environ.get(ENV_URL) or start()
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["stop-when-orphaned"]:
+    _stop_when_orphaned(Path(sys.argv[2]))

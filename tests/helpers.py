@@ -18,11 +18,35 @@ from django_pgjobs.worker import Worker
 ROOT = Path(__file__).resolve().parent.parent
 MANAGE = ROOT / "testproject" / "manage.py"
 
+# Settings for worker processes (start_worker's env) whose leases expire within seconds, so a
+# test sees a rescue quickly; production keeps the defaults.
+FAST_LEASES = {
+    "PGJOBS_LEASE_SECONDS": "2",
+    "PGJOBS_HEARTBEAT_SECONDS": "0.5",
+    "PGJOBS_RESCUE_INTERVAL_SECONDS": "0.5",
+}
+
 
 def database_url_for_tests() -> str:
     """DATABASE_URL of the test database pytest-django created."""
     base = urlsplit(os.environ["DATABASE_URL"])
     return urlunsplit(base._replace(path="/" + connection.settings_dict["NAME"]))
+
+
+def insert_jobs(cursor, jobs: int, status: str = "ready") -> None:
+    """``jobs`` rows of a job named 'x.y' in the default queue, due now, written in one
+    statement (as a busy installation's history or backlog, for the plans' tests). ``cursor``: a
+    Django cursor or a psycopg connection."""
+    cursor.execute(
+        """
+        INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after,
+                                attempts, max_attempts, created_at, finished_at, worker, errors)
+        SELECT 'x.y', 'default', 0, '[]', '{}', %s, now(), CASE WHEN %s = 'ready' THEN 0 ELSE 1 END,
+               5, now(), CASE WHEN %s = 'ready' THEN NULL ELSE now() END, '', '[]'
+        FROM generate_series(1, %s)
+        """,
+        [status, status, status, jobs],
+    )
 
 
 def count(conn: psycopg.Connection, sql: str, *params) -> int:

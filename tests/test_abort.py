@@ -8,7 +8,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from admin_data import job, make_user, superuser  # noqa: F401
+from admin_data import job, make_user
 from django.contrib.messages import get_messages
 from django.db import transaction
 from django.test import Client
@@ -135,7 +135,7 @@ def test_heartbeat_says_which_held_jobs_have_an_abort_requested():
     assert operations.heartbeat(jobs_connection(), jobs) == ({asked.pk, quiet.pk}, {asked.pk})
 
 
-def test_admin_abort_is_offered_for_running_jobs_and_acts_on_them_only(superuser):  # noqa: F811
+def test_admin_abort_is_offered_for_running_jobs_and_acts_on_them_only(superuser):
     client = Client()
     client.force_login(superuser)
     busy, due = running(), job()

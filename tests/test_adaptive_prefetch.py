@@ -7,7 +7,7 @@ import signal
 import time
 
 import pytest
-from helpers import wait_until
+from helpers import FAST_LEASES, wait_until
 
 from django_pgjobs.models import DeadLetter, Job
 from django_pgjobs.worker.holding import MAX_HELD, TARGET_SECONDS, AdaptivePrefetch
@@ -98,13 +98,6 @@ def test_a_no_flags_worker_holds_many_short_jobs_and_leaves_long_ones_to_others(
     by_first = sum(pid == first.pid for pid in ran.values())
     assert by_first <= 4, f"the first worker ran {by_first} long jobs"
     assert not DeadLetter.objects.exists()
-
-
-FAST_LEASES = {
-    "PGJOBS_LEASE_SECONDS": "2",
-    "PGJOBS_HEARTBEAT_SECONDS": "0.5",
-    "PGJOBS_RESCUE_INTERVAL_SECONDS": "0.5",
-}
 
 
 def held_by(conn, worker) -> int:

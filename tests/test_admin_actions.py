@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from admin_data import dead_letter, job, superuser  # noqa: F401
+from admin_data import dead_letter, job
 from django.contrib.messages import get_messages
 from django.test import Client
 from django.urls import reverse
@@ -20,12 +20,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 JOBS = reverse("admin:django_pgjobs_job_changelist")
 DEAD = reverse("admin:django_pgjobs_deadletter_changelist")
 QUEUES = reverse("admin:django_pgjobs_queuestate_changelist")
-
-
-@pytest.fixture
-def admin_client(client, superuser):  # noqa: F811
-    client.force_login(superuser)
-    return client
 
 
 def later(**delta):
@@ -228,7 +222,7 @@ def test_bulk_pause_and_resume_queues(admin_client):
     assert list(QueueState.objects.filter(paused=True).values_list("name", flat=True)) == ["b"]
 
 
-def test_mutations_need_the_csrf_token(superuser):  # noqa: F811
+def test_mutations_need_the_csrf_token(superuser):
     client = Client(enforce_csrf_checks=True)
     client.force_login(superuser)
     dead = dead_letter()

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 
 import pytest
-from admin_data import dead_letter, superuser  # noqa: F401
+from admin_data import dead_letter
 from django.contrib.messages import get_messages
 from django.db import connections
 from django.test import Client
@@ -29,7 +29,8 @@ def waiting_on_locks(conn) -> int:
     # Inside a transaction PostgreSQL keeps serving the first activity snapshot: clear it.
     conn.execute("SELECT pg_stat_clear_snapshot()")
     return conn.execute(
-        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND wait_event_type = 'Lock' "
         "AND query ILIKE '%pgjobs_deadletter%'"
     ).fetchone()[0]
 
@@ -72,7 +73,7 @@ def race(other_connection, user, hold: Callable, posts: list[tuple[str, dict]]) 
 
 def test_two_operators_requeueing_the_same_dead_letter_make_one_job(
     other_connection,
-    superuser,  # noqa: F811
+    superuser,
 ):
     dead = dead_letter(args=["once"])
     url = reverse("admin:django_pgjobs_deadletter_act", args=[dead.pk, "requeue"])
@@ -83,7 +84,7 @@ def test_two_operators_requeueing_the_same_dead_letter_make_one_job(
 
 def test_overlapping_bulk_requeues_make_one_job_per_dead_letter(
     other_connection,
-    superuser,  # noqa: F811
+    superuser,
 ):
     a, b, c = (dead_letter(args=[name]) for name in "abc")
     posts = [
@@ -95,7 +96,7 @@ def test_overlapping_bulk_requeues_make_one_job_per_dead_letter(
     assert not DeadLetter.objects.exists()
 
 
-def test_requeue_racing_delete_does_one_or_the_other(other_connection, superuser):  # noqa: F811
+def test_requeue_racing_delete_does_one_or_the_other(other_connection, superuser):
     dead = dead_letter(args=["either"])
     posts = [
         (reverse("admin:django_pgjobs_deadletter_act", args=[dead.pk, "requeue"]), {}),
@@ -108,7 +109,7 @@ def test_requeue_racing_delete_does_one_or_the_other(other_connection, superuser
 
 def test_requeues_of_two_dead_letters_sharing_a_unique_key_make_one_job(
     other_connection,
-    superuser,  # noqa: F811
+    superuser,
 ):
     # Each statement finds the key free and inserts; the second insert fails on the unique index
     # once the first commits, and runs again, leaving its dead letter in place.
@@ -123,7 +124,7 @@ def test_requeues_of_two_dead_letters_sharing_a_unique_key_make_one_job(
 
 def test_requeue_racing_an_enqueue_of_the_same_unique_key_leaves_the_dead_letter(
     other_connection,
-    superuser,  # noqa: F811
+    superuser,
 ):
     dead = dead_letter(unique_key="order:10", args=["dead"])
 

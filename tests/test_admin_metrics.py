@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from admin_data import superuser  # noqa: F401
 from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
@@ -19,12 +18,6 @@ from django_pgjobs.models import QueueStat
 from testproject.demo import jobs as demo
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def admin_client(client, superuser):  # noqa: F811
-    client.force_login(superuser)
-    return client
 
 
 def test_worker_records_successes_retries_dead_and_waits_per_queue():

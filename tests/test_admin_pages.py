@@ -6,7 +6,7 @@ import re
 from datetime import timedelta
 
 import pytest
-from admin_data import dead_letter, error, job, seed, superuser  # noqa: F401
+from admin_data import dead_letter, error, job, seed
 from django.contrib import admin
 from django.contrib.admin.utils import quote
 from django.db import connection, connections
@@ -30,12 +30,6 @@ SUMMARY = reverse("admin:django_pgjobs_deadletter_summary")
 XSS = "<script>alert('pwned')</script>"
 XSS_ESCAPED = "&lt;script&gt;alert(&#x27;pwned&#x27;)&lt;/script&gt;"
 PGJOBS_TABLE = re.compile(r"\bpgjobs_(job|deadletter|worker|queue|stat)\b")
-
-
-@pytest.fixture
-def admin_client(client, superuser):  # noqa: F811
-    client.force_login(superuser)
-    return client
 
 
 @pytest.fixture
@@ -391,7 +385,7 @@ def jobs_database(transactional_db, settings):
 
 def test_every_admin_query_runs_on_the_jobs_database(
     admin_client,
-    superuser,  # noqa: F811
+    superuser,
     rows,
     jobs_database,
 ):

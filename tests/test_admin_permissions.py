@@ -6,14 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from admin_data import (  # noqa: F401
-    dead_letter,
-    job,
-    make_user,
-    staff_no_perms,
-    superuser,
-    viewer,
-)
+from admin_data import dead_letter, job, make_user
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -104,7 +97,7 @@ def test_anonymous_is_sent_to_login_and_changes_nothing(world):
     assert state() == before
 
 
-def test_staff_without_permissions_gets_403_and_changes_nothing(world, staff_no_perms):  # noqa: F811
+def test_staff_without_permissions_gets_403_and_changes_nothing(world, staff_no_perms):
     client = client_for(staff_no_perms)
     before = state()
     for url in pages(world):
@@ -116,7 +109,7 @@ def test_staff_without_permissions_gets_403_and_changes_nothing(world, staff_no_
     assert state() == before
 
 
-def test_view_only_user_can_look_but_every_change_is_refused(world, viewer):  # noqa: F811
+def test_view_only_user_can_look_but_every_change_is_refused(world, viewer):
     client = client_for(viewer)
     before = state()
     for url in pages(world):
@@ -140,7 +133,7 @@ def test_view_only_user_can_look_but_every_change_is_refused(world, viewer):  # 
     assert state() == before
 
 
-def test_superuser_may_do_everything(world, superuser):  # noqa: F811
+def test_superuser_may_do_everything(world, superuser):
     client = client_for(superuser)
     for url in pages(world):
         assert client.get(url).status_code == 200, url
@@ -205,7 +198,7 @@ def test_pause_needs_change_queuestate():
     assert QueueState.objects.get(name="emails").paused
 
 
-def test_dashboard_shows_dead_letters_and_workers_only_to_who_may_see_them(world, viewer):  # noqa: F811
+def test_dashboard_shows_dead_letters_and_workers_only_to_who_may_see_them(world, viewer):
     Worker.objects.create(id="web-9:31:x", hostname="web-9", pid=31, queues=[], concurrency=1)
     dead_list = reverse("admin:django_pgjobs_deadletter_changelist")
     hidden = (

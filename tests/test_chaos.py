@@ -41,7 +41,7 @@ from collections import defaultdict
 import psycopg
 import pytest
 from django.db import InterfaceError, OperationalError, connection
-from helpers import database_url_for_tests, wait_until
+from helpers import FAST_LEASES, database_url_for_tests, wait_until
 
 from django_pgjobs.management.commands.runjobs import DEFAULT_CONCURRENCY
 from django_pgjobs.models import DeadLetter, Job
@@ -76,12 +76,6 @@ CHAOS_ENV = {
     "PGJOBS_LEASE_SECONDS": "4",
     "PGJOBS_HEARTBEAT_SECONDS": "1",
     "PGJOBS_RESCUE_INTERVAL_SECONDS": "1",
-}
-# The lease scenarios want a lease to expire quickly.
-FAST_LEASES = {
-    "PGJOBS_LEASE_SECONDS": "2",
-    "PGJOBS_HEARTBEAT_SECONDS": "0.5",
-    "PGJOBS_RESCUE_INTERVAL_SECONDS": "0.5",
 }
 
 pytestmark = [
@@ -173,7 +167,10 @@ CONNECTION_ERRORS = {"django.db.utils.OperationalError", "django.db.utils.Interf
 # One worker's backends (told apart by application_name), and those of them running a statement
 # that may still commit: not waiting for a lock, nor for their client to read a result (a
 # stopped client never will).
-BACKENDS = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+BACKENDS = (
+    "SELECT count(*) FROM pg_stat_activity "
+    "WHERE datname = current_database() AND application_name = %s"
+)
 STATEMENTS_UNDER_WAY = (
     BACKENDS + " AND state = 'active' AND wait_event_type IS DISTINCT FROM 'Lock' "
     "AND wait_event_type IS DISTINCT FROM 'Client'"
@@ -400,13 +397,11 @@ def test_random_sigkills_while_workers_restart(start_worker, capsys):
     [2.0, 2 * float(CHAOS_ENV["PGJOBS_LEASE_SECONDS"])],
     ids=["short-outage", "outage-past-the-lease"],
 )
-def test_postgresql_restart_in_the_middle(start_worker, capsys, down_seconds):
+def test_postgresql_restart_in_the_middle(
+    own_postgresql_server, start_worker, capsys, down_seconds
+):
     """Past the lease, every running job's lease has expired when the server is back: the
     workers' rescue and their late acknowledgements race, and the claim tokens decide."""
-    if throwaway_pg.data_dir() is None:
-        pytest.skip(
-            "restarting PostgreSQL needs the suite's own throwaway server; DATABASE_URL was given"
-        )
     run = ChaosRun(f"postgresql-restart-{down_seconds:g}s", start_worker)
     wait_until(lambda: Execution.objects.count() >= JOBS // 3, timeout=TIMEOUT)
     # A SHARE lock on pgjobs_job lets the claims, acknowledgements and rescues under way commit,
@@ -475,7 +470,7 @@ def test_connections_terminated_while_the_workers_are_idle(start_worker, capsys)
                 figures.terminated += _count(
                     admin,
                     "SELECT count(pg_terminate_backend(pid, 10000)) FROM pg_stat_activity "
-                    "WHERE application_name = %s",
+                    "WHERE datname = current_database() AND application_name = %s",
                     app_name,
                 )
                 figures.disruptions += 1

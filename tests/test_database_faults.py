@@ -28,7 +28,9 @@ PERSISTENT = {"PGJOBS_TEST_CONN_MAX_AGE": "none", "PGAPPNAME": APP}
 
 def worker_backends(conn) -> int:
     return conn.execute(
-        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (APP,)
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND application_name = %s",
+        (APP,),
     ).fetchone()[0]
 
 
@@ -59,7 +61,7 @@ def test_idle_connections_terminated_cost_no_attempt(start_worker, other_connect
     assert worker_backends(other_connection) >= 5  # dispatcher, listener, executors
     terminated = other_connection.execute(
         "SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity "
-        "WHERE application_name = %s",
+        "WHERE datname = current_database() AND application_name = %s",
         (APP,),
     ).fetchone()[0]
     assert terminated >= 5
@@ -163,7 +165,7 @@ def test_read_only_database_is_waited_out(start_worker, other_connection):
         )
         other_connection.execute(
             "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
-            "WHERE application_name = %s",
+            "WHERE datname = current_database() AND application_name = %s",
             (APP,),
         )
         demo.record.enqueue_many([(f"after-read-only-{i}",) for i in range(3)])

@@ -8,7 +8,6 @@ import signal
 import time
 
 import pytest
-from admin_data import superuser  # noqa: F401
 from django.contrib.messages import get_messages
 from django.urls import reverse
 from helpers import wait_until
@@ -35,7 +34,7 @@ def started(counter: str, at_least: int = 1) -> bool:
 
 def test_abort_from_the_admin_stops_a_running_job_and_the_worker_goes_on(
     client,
-    superuser,  # noqa: F811
+    superuser,
     start_worker,
 ):
     Counter.objects.create(name="long")

@@ -74,7 +74,8 @@ def test_conn_max_age_is_honoured_between_jobs(start_worker, other_connection, m
     wait_until(lambda: not Job.objects.exists(), timeout=30)
     time.sleep(0.3)  # the last job's connection is settled after its acknowledgement
     backends = other_connection.execute(
-        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgjobs-max-age'"
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND application_name = 'pgjobs-max-age'"
     ).fetchone()[0]
     assert backends == 1 + kept  # the dispatcher's, plus the executors' when they are kept
     worker.signal(signal.SIGTERM)

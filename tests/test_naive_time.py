@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 
 import pytest
-from admin_data import seed, superuser  # noqa: F401
+from admin_data import seed
 from django.db import connections
 from django.test import override_settings
 from django.urls import reverse
@@ -44,12 +44,6 @@ def naive_time():
         yield
         connections.close_all()
     connections.close_all()
-
-
-@pytest.fixture
-def admin_client(client, superuser, naive_time):  # noqa: F811
-    client.force_login(superuser)
-    return client
 
 
 def stored_instant(other_connection, table: str, column: str, pk: int) -> datetime:
@@ -88,7 +82,7 @@ def test_enqueue_using_run_after_and_delay_take_naive_times_in_the_project_zone(
     assert all(j.run_after == at for j in Job.objects.filter(pk__in=[j.pk for j in many]))
 
 
-def test_every_admin_page_renders_rows_in_every_state_in_the_project_zone(admin_client):
+def test_every_admin_page_renders_rows_in_every_state_in_the_project_zone(naive_time, admin_client):
     rows = seed()
     pages = [
         reverse("admin:django_pgjobs_job_dashboard"),
@@ -114,7 +108,7 @@ def test_every_admin_page_renders_rows_in_every_state_in_the_project_zone(admin_
     assert re.search(rf"<td>{due:%Y-%m-%d %H:%M:%S}</td><td>due</td><td>in 5 h 59 min", page)
 
 
-def test_admin_actions_with_naive_times(admin_client):
+def test_admin_actions_with_naive_times(naive_time, admin_client):
     later = timezone.now() + timedelta(hours=3)
     scheduled = demo.record.using(run_after=later).enqueue("scheduled")
     retrying = demo.record.using(run_after=later).enqueue("retrying")

@@ -8,7 +8,7 @@ import uuid
 import psycopg
 import pytest
 from django.db import connection
-from helpers import count, database_url_for_tests, wait_until
+from helpers import count, database_url_for_tests, insert_jobs, wait_until
 
 from django_pgjobs import errors, operations
 from django_pgjobs.models import DeadLetter, Job
@@ -41,24 +41,8 @@ def test_claim_counts_attempt_and_sets_lease_and_token():
 def test_claim_uses_partial_index():
     """EXPLAIN proves the claim walks pgjobs_job_claim_idx, whatever the history size."""
     with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after,
-                                    attempts, max_attempts, created_at, finished_at, worker,
-                                    errors)
-            SELECT 'x.y', 'default', 0, '[]', '{}', 'successful', now(), 1, 5, now(), now(), '',
-                   '[]'
-            FROM generate_series(1, 50000)
-            """
-        )
-        cursor.execute(
-            """
-            INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after,
-                                    attempts, max_attempts, created_at, worker, errors)
-            SELECT 'x.y', 'default', 0, '[]', '{}', 'ready', now(), 0, 5, now(), '', '[]'
-            FROM generate_series(1, 200)
-            """
-        )
+        insert_jobs(cursor, 50000, status="successful")
+        insert_jobs(cursor, 200)
         cursor.execute("ANALYZE pgjobs_job")
         params = {
             **operations.ClaimPlan.all_start(10).params(),
@@ -99,14 +83,7 @@ def test_claims_after_an_idle_spell_still_walk_the_index(other_connection, prepa
         assert operations.complete_and_claim_jobs(
             connection, [], limit=50, worker="w", queues=None, lease_seconds=30, prepared=prepared
         ) == (set(), [])
-    other_connection.execute(
-        """
-        INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after,
-                                attempts, max_attempts, created_at, worker, errors)
-        SELECT 'x.y', 'default', 0, '[]', '{}', 'ready', now(), 0, 5, now(), '', '[]'
-        FROM generate_series(1, 20000)
-        """
-    )
+    insert_jobs(other_connection, 20000)
     with connection.cursor() as cursor:  # report this backend's counters at its next idle
         cursor.execute("SELECT pg_stat_force_next_flush()")
     before = table_scans(other_connection)

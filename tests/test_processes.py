@@ -12,20 +12,13 @@ from collections import Counter as Tally
 
 import pytest
 from django.db import connection
-from helpers import wait_until
+from helpers import FAST_LEASES, wait_until
 
 from django_pgjobs.models import DeadLetter, Job
 from testproject.demo import jobs as demo
 from testproject.demo.models import Counter, Execution
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-# Short leases so a dead worker's jobs are rescued within seconds.
-FAST_LEASES = {
-    "PGJOBS_LEASE_SECONDS": "2",
-    "PGJOBS_HEARTBEAT_SECONDS": "0.5",
-    "PGJOBS_RESCUE_INTERVAL_SECONDS": "0.5",
-}
 
 
 def executions_by_label() -> Tally:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 import pytest
-from admin_data import seed, superuser  # noqa: F401
+from admin_data import seed
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
@@ -161,7 +161,7 @@ def test_secret_arguments_never_reach_worker_logs_or_stored_errors(caplog):
     assert dead.args == ["ann", SECRETS[0]]  # the row keeps the real arguments for a requeue
 
 
-def test_secret_arguments_are_hidden_in_the_admin_after_a_real_failure(client, superuser):  # noqa: F811
+def test_secret_arguments_are_hidden_in_the_admin_after_a_real_failure(client, superuser):
     client.force_login(superuser)
     log_in.enqueue("ann", password=SECRETS[0], options={"token": SECRETS[1]})
     drain()
@@ -182,7 +182,7 @@ def raises_markup(payload: str) -> None:
     raise ValueError(f"bad input: {payload}")
 
 
-def test_markup_from_a_real_handler_error_renders_as_text(client, superuser):  # noqa: F811
+def test_markup_from_a_real_handler_error_renders_as_text(client, superuser):
     client.force_login(superuser)
     raises_markup.using(max_attempts=3).enqueue(XSS)
     run_worker()  # attempt 1 fails: the job is retrying, with the error shown in the job pages
@@ -224,7 +224,7 @@ DEAD_PARAMETERS = ["q", "queue", "name", "error_type", "within", "o", "p"]
 
 
 @pytest.mark.parametrize("value", ADMIN_INPUTS)
-def test_hostile_admin_search_and_filters_change_nothing(client, superuser, value):  # noqa: F811
+def test_hostile_admin_search_and_filters_change_nothing(client, superuser, value):
     client.force_login(superuser)
     seed()
     before = snapshot()
@@ -261,7 +261,7 @@ def pgjobs_changelists():
 
 def test_nul_in_any_generic_lookup_lists_nothing_with_an_error_on_every_changelist(
     client,
-    superuser,  # noqa: F811
+    superuser,
     start_worker,
 ):
     """A running runjobs process registers its Worker row (hostname, pid...) and its queue."""

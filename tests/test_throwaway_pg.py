@@ -14,7 +14,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from django.db import connection
+from helpers import ROOT, wait_until
 
 from testproject import throwaway_pg
 
@@ -105,3 +106,42 @@ def test_root_runs_binaries_the_postgres_user_cannot_reach_from_a_copy():
         assert not started["bin"].startswith(str(private)), "ran from the unreachable copy"
     finally:
         shutil.rmtree(private)
+
+
+def test_a_killed_owner_leaves_no_server_behind():
+    """SIGKILL skips atexit: the watcher process stops the server and deletes its files (an
+    interrupted test run, the xdist controller killed by a CI timeout)."""
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("PGJOBS_")}
+    environment.pop("DATABASE_URL", None)
+    owner = subprocess.Popen(
+        [sys.executable, "-c", START + "import sys, time; sys.stdout.flush(); time.sleep(120)"],
+        cwd=ROOT,
+        env=environment,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        started = json.loads(owner.stdout.readline())
+    finally:
+        owner.kill()
+        owner.wait(10)
+    data = Path(started["data"])
+    try:
+        wait_until(lambda: not data.exists(), timeout=30)
+    finally:
+        if data.exists():  # the server leaked: stop it, as the watcher should have
+            subprocess.run(
+                [str(Path(started["bin"]) / "pg_ctl"), "stop", "-D", str(data), "-m", "immediate"],
+                preexec_fn=throwaway_pg._demote(throwaway_pg._run_as()),
+            )
+            shutil.rmtree(data.parent, ignore_errors=True)
+
+
+def test_a_parallel_run_has_one_server_and_a_database_per_worker_process(db):
+    """Under pytest-xdist the controller starts the run's one server (settings load there
+    first); each worker process reuses it, with a test database named after the worker."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None or throwaway_pg.data_dir() is None:
+        pytest.skip("a serial run, or DATABASE_URL was given")
+    assert os.environ[throwaway_pg.ENV_OWNER_PID] == str(os.getppid()), "not the controller's"
+    assert connection.settings_dict["NAME"].endswith(f"_{worker}")
