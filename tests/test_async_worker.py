@@ -161,7 +161,8 @@ def test_a_timed_out_async_job_has_its_own_statement_cancelled(start_worker, oth
     assert DeadLetter.objects.get().error_type == "django_pgjobs.JobTimeout"
     sleeping = (
         "SELECT count(*) FROM pg_stat_activity "
-        "WHERE state = 'active' AND position('pg_sleep' in query) > 0 AND pid <> pg_backend_pid()"
+        "WHERE datname = current_database() AND state = 'active' "
+        "AND position('pg_sleep' in query) > 0 AND pid <> pg_backend_pid()"
     )
     # the statement ran on the job's own lane, whose server process the timeout knows
     wait_until(lambda: count(other_connection, sleeping) == 0, timeout=5)
