@@ -3,6 +3,7 @@ event loop."""
 
 from __future__ import annotations
 
+import signal
 import time
 
 import pytest
@@ -201,3 +202,60 @@ def test_a_lane_still_running_a_cancelled_call_serves_no_other_job(start_worker)
     ]
     assert "record_async" not in worker.output()
     worker.kill()
+
+
+@pytest.mark.parametrize("how", ["to_thread", "sync_to_async", "run_in_executor"])
+def test_a_transaction_left_open_on_the_default_executor_fails_its_job(start_worker, how):
+    # asyncio.to_thread, sync_to_async(thread_sensitive=False), run_in_executor(None, ...):
+    # the loop's default executor, not the job's ORM lane
+    demo.leave_transaction_open_in_a_thread.enqueue("left open", how)
+    worker = start_worker()
+    wait_until(DeadLetter.objects.exists, timeout=30)
+    dead = DeadLetter.objects.get()
+    assert dead.error_type == "django_pgjobs.worker.TransactionLeftOpen", dead.reason
+    assert "default executor" in str(dead.errors), dead.errors
+    # the next call on that pool thread runs in autocommit, not inside the open transaction
+    demo.record_in_a_thread.enqueue("next", how)
+    wait_until(lambda: not Job.objects.exists(), timeout=30)
+    assert list(Execution.objects.values_list("label", flat=True)) == ["next"]
+    worker.kill()
+
+
+def _worker_backends(other_connection) -> int:
+    # every client of the test database but this connection: the worker's, and the test's own
+    # Django connection (open all along)
+    return count(
+        other_connection,
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND backend_type = 'client backend' AND pid <> pg_backend_pid()",
+    )
+
+
+def test_default_executor_calls_leave_no_connection_open_past_conn_max_age(
+    start_worker, other_connection
+):
+    demo.record_async.enqueue("warm")  # the worker's loop and a lane exist from here on
+    worker = start_worker()  # CONN_MAX_AGE = 0 (testproject's settings)
+    wait_until(lambda: not Job.objects.exists(), timeout=30)
+    time.sleep(0.5)
+    baseline = _worker_backends(other_connection)
+    # together, so that they spread over the pool's threads
+    demo.record_in_a_thread.enqueue_many([(f"thread-{i}", "to_thread", 0.5) for i in range(6)])
+    wait_until(lambda: not Job.objects.exists(), timeout=30)
+    assert Execution.objects.filter(label__startswith="thread-").count() == 6
+    deadline = time.monotonic() + 5
+    while _worker_backends(other_connection) > baseline and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _worker_backends(other_connection) == baseline, worker.output()
+    worker.kill()
+
+
+def test_a_call_stuck_on_the_default_executor_does_not_keep_the_worker_from_exiting(
+    start_worker,
+):
+    demo.sleep_in_a_thread.enqueue(120)
+    worker = start_worker()
+    wait_until(DeadLetter.objects.exists, timeout=20)
+    assert DeadLetter.objects.get().error_type == "django_pgjobs.JobTimeout"
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(timeout=20) == 0, worker.output()

@@ -11,8 +11,11 @@ queries (and whatever it runs through ``sync_to_async``) run on the lane's threa
 thread's own connections, which get an executor thread's hygiene around the job
 (``ExecutorConnections``): made fit before it, checked after it, a transaction found open after
 it rolled back and charged to it. No other job's queries, start or check touch them meanwhile.
-A job cancelled (timeout, abort) that keeps running is given up on by the dispatcher
-(``timeouts.py``); its lane then serves no other job. See ``docs/explanation/worker.md``.
+What a job runs on the loop's default executor (``asyncio.to_thread``,
+``sync_to_async(thread_sensitive=False)``, ``run_in_executor(None, ...)``) gets the same hygiene
+per call (``async_pool.py``). A job cancelled (timeout, abort) that keeps running is given up on
+by the dispatcher (``timeouts.py``); its lane then serves no other job. See
+``docs/explanation/worker.md``.
 """
 
 from __future__ import annotations
@@ -27,8 +30,9 @@ from ..conf import get_config
 from ..context import reset_current_job, set_current_job
 from ..operations import ClaimedJob
 from ..payload import dump_result
+from .async_pool import JobCallPool
 from .lanes import Lane, LanePool, bind, unbind
-from .outcomes import Failed, HandBack, Succeeded, send
+from .outcomes import Failed, HandBack, Succeeded, TransactionLeftOpen, send
 
 logger = logging.getLogger("django_pgjobs.worker")
 
@@ -49,8 +53,11 @@ class AsyncExecutor:
         self.cancelled: dict[tuple, tuple[ClaimedJob, BaseException, float]] = {}
         self.submitted: dict[int, ClaimedJob] = {}  # handed over, task not created yet
         self._arrived: list = []  # (job, definition) for the loop's next _start_tasks()
-        self._lock = threading.Lock()  # submitted: taken by the loop or by take_unstarted()
+        self._lock = threading.Lock()  # submitted (loop, take_unstarted), left_open_in_pool
         self.lanes = LanePool()  # the running jobs' ORM lanes, and the idle ones
+        # attempt -> the transaction a call of it on the default executor left open: written
+        # by a pool thread while the job runs, taken when it ends (both under _lock)
+        self.left_open_in_pool: dict[tuple, TransactionLeftOpen] = {}
         self.last_tick = time.monotonic()  # the loop's last sign of life (read by the dispatcher)
         self.max_result_bytes = get_config().MAX_PAYLOAD_BYTES  # kept results: as arguments
         self._ready = threading.Event()
@@ -151,6 +158,8 @@ class AsyncExecutor:
     def _run_loop(self) -> None:
         self.loop = asyncio.new_event_loop()
         asyncio.set_event_loop(self.loop)
+        # shut down by loop.close(): its threads close their connections
+        self.loop.set_default_executor(JobCallPool(self._charge_left_open))
         self._tick()
         self._ready.set()
         try:
@@ -190,7 +199,7 @@ class AsyncExecutor:
             if lane.orm_open() or not lane.idle():  # (a call still running may open one)
                 left_open = await self.loop.run_in_executor(lane, lane.after_job)
             checked = True
-            result = self._settle(result, left_open, lane)
+            result = self._settle(result, left_open or self._take_left_open(job), lane)
         except BaseException as error:  # noqa: BLE001 - whatever happens, the job gets an outcome
             result = Failed(job, self._cancellation(job, error), 0.0)
         finally:
@@ -199,6 +208,7 @@ class AsyncExecutor:
                 del self.running[attempt_of(job)]
             if self.cancelled.get(attempt_of(job), (None,))[0] is job:
                 self.cancelled.pop(attempt_of(job), None)
+            self._take_left_open(job)  # after `running`: no charge for this attempt comes later
             # a lane whose check did not run (cancelled meanwhile), or that still runs a call of
             # this job, may hold a transaction: it serves no other job
             self.lanes.give_back(lane, reusable=checked and lane.idle())
@@ -240,6 +250,23 @@ class AsyncExecutor:
         finally:
             job.deadline = None  # returned: no longer watched
             reset_current_job(token)
+
+    def _charge_left_open(self, job: ClaimedJob, error: TransactionLeftOpen) -> None:
+        """(A pool thread.) A call ``job`` ran on the default executor left a transaction open
+        (rolled back): its attempt fails with ``error``, unless it has ended already."""
+        with self._lock:
+            if self.running.get(attempt_of(job), (None,))[0] is job:
+                self.left_open_in_pool[attempt_of(job)] = error
+                return
+        logger.warning(
+            "job %s had ended when a call it left running on the event loop's default "
+            "executor returned inside a transaction: rolled back, not charged to it",
+            job.id,
+        )
+
+    def _take_left_open(self, job: ClaimedJob) -> TransactionLeftOpen | None:
+        with self._lock:
+            return self.left_open_in_pool.pop(attempt_of(job), None)
 
     def _settle(self, result, left_open, lane: Lane):
         # a connection found dead at a job's first query costs no attempt, as for a sync job

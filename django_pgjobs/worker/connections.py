@@ -65,9 +65,10 @@ class ExecutorConnections:
         self.stale_connection_failed = False
         self.job = job
 
-    def after_job(self) -> TransactionLeftOpen | None:
+    def after_job(self, where: str = "the job") -> TransactionLeftOpen | None:
         """Put every connection back to idle autocommit with the session Django set up; the
-        error to charge the job with when it left a transaction open (rolled back here)."""
+        error to charge the job with when it left a transaction open (rolled back here).
+        ``where``: what returned, for that error's message."""
         self.job = None
         left_open = []
         for wrapper in self.wrappers:
@@ -95,7 +96,7 @@ class ExecutorConnections:
         if not left_open:
             return None
         return TransactionLeftOpen(
-            "the job returned with its connection to database "
+            f"{where} returned with its connection to database "
             f"{', '.join(map(repr, left_open))} inside a transaction (a raw BEGIN, "
             "transaction.set_autocommit(False) without a commit, or an atomic block never "
             "exited); what it left uncommitted was rolled back"

@@ -195,6 +195,45 @@ async def leave_transaction_open_async(label: str) -> None:
     await sync_to_async(write)()
 
 
+async def _in_a_thread(how: str, func) -> None:
+    """Runs ``func`` on the event loop's default executor, as ``how`` says."""
+    if how == "to_thread":
+        await asyncio.to_thread(func)
+    elif how == "sync_to_async":
+        await sync_to_async(func, thread_sensitive=False)()
+    else:  # run_in_executor: the function runs without the job's context
+        await asyncio.get_running_loop().run_in_executor(None, func)
+
+
+@job
+async def record_in_a_thread(label: str, how: str = "to_thread", sleep: float = 0.0) -> None:
+    """``record`` on the event loop's default executor (not the job's ORM lane)."""
+
+    def write() -> None:
+        time.sleep(sleep)
+        _record(label)
+
+    await _in_a_thread(how, write)
+
+
+@job(max_attempts=1)
+async def leave_transaction_open_in_a_thread(label: str, how: str = "to_thread") -> None:
+    """Turns autocommit off on a default-executor thread's connection, writes, and returns."""
+
+    def write() -> None:
+        transaction.set_autocommit(False)
+        _record(label)
+
+    await _in_a_thread(how, write)
+
+
+@job(max_attempts=1, timeout=0.5)
+async def sleep_in_a_thread(seconds: float) -> None:
+    """A blocking call on the event loop's default executor, past the job's timeout: the job is
+    cancelled, the call runs on (nothing can stop a thread)."""
+    await asyncio.to_thread(time.sleep, seconds)
+
+
 @job(max_attempts=1)
 async def commit_across_awaits(label: str, others: int) -> None:
     """A manual transaction across awaits: autocommit off, a write, then awaits until ``others``
