@@ -299,12 +299,10 @@ def test_sigkilled_worker_with_unsent_acknowledgements_loses_nothing(
 
 
 def victims_claims(conn, worker: WorkerProcess) -> set[tuple[int, int]]:
-    """The claims (job id, attempt) a worker holds: claimed and not acknowledged. A held job
-    whose start is not recorded (``started_at`` empty) runs as the attempt after ``attempts``."""
+    """The claims (job id, attempt) a worker holds: claimed and not acknowledged."""
     return set(
         conn.execute(
-            "SELECT id, attempts + (started_at IS NULL)::int FROM pgjobs_job"
-            " WHERE status = 'running' AND worker LIKE %s",
+            "SELECT id, attempts FROM pgjobs_job WHERE status = 'running' AND worker LIKE %s",
             (f"%:{worker.pid}:%",),
         ).fetchall()
     )

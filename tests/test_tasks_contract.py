@@ -155,7 +155,10 @@ def test_result_of_another_task_is_a_mismatch():
 def test_aenqueue_and_refresh():
     result = async_to_sync(tasks.greet.aenqueue)("Ada")
     assert tasks.greet.get_result(result.id).args == ["Ada"]
-    Job.objects.filter(id=int(result.id)).update(status="running", worker="w1", attempts=1)
+    # running: claimed and started (a claimed row whose start is not recorded is only held)
+    Job.objects.filter(id=int(result.id)).update(
+        status="running", worker="w1", attempts=1, started_at=timezone.now()
+    )
     result.refresh()
     assert result.status == tf.TaskResultStatus.RUNNING and result.worker_ids == ["w1"]
 

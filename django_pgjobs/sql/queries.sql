@@ -71,11 +71,12 @@ WHERE unique_key = %(unique_key)s AND status IN ('ready', 'running');
 -- Claim due jobs for one worker, in one statement: the partial claim index in claim order,
 -- SKIP LOCKED so workers never wait for each other, fencing token stamped at claim time. Each
 -- kind of job is capped at its own room (`async_names` against `async_room`, every other name
--- against `sync_room`), and only the first `sync_starts` / `async_starts` of a kind (its free
--- slots: they start at once) have their attempt counted and their start recorded; the others
--- are held (`started_at` NULL: counted when they start, mark_started). A job the rescue once
--- gave back unstarted (`returned_unstarted`) is only claimed to start at once. `skip_names`: names of a kind whose slots are
--- full. Why each part: docs/explanation/claim.md.
+-- against `sync_room`). Every claimed job gets its attempt number (attempts + 1, so a number is
+-- never run twice); only the first `sync_starts` / `async_starts` of a kind (its free slots:
+-- they start at once) have their start recorded, the others are held (`started_at` NULL until
+-- mark_started; a held job the rescue finds unstarted has its attempt given back). A job the
+-- rescue once gave back unstarted (`returned_unstarted`) is only claimed to start at once.
+-- `skip_names`: names of a kind whose slots are full. Why each part: docs/explanation/claim.md.
 WITH candidates AS (
     SELECT id, priority, run_after, name = ANY(%(async_names)s::text[]) AS is_async
     FROM pgjobs_job
@@ -103,7 +104,7 @@ picked AS (
 )
 UPDATE pgjobs_job AS j
 SET status = 'running',
-    attempts = j.attempts + picked.starts::int,
+    attempts = j.attempts + 1,
     max_attempts = GREATEST(j.max_attempts, j.attempts + 1),
     claim_token = %(token)s::uuid,
     worker = %(worker)s,
@@ -114,7 +115,7 @@ SET status = 'running',
 FROM picked
 WHERE j.id = picked.id AND (picked.starts OR NOT j.returned_unstarted)
 RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs,
-          j.attempts + (NOT picked.starts)::int AS attempts, j.max_attempts,
+          j.attempts, j.max_attempts,
           j.timeout,
           j.task_backend,
           extract(epoch FROM j.run_after)::float8 AS run_after,
@@ -122,11 +123,11 @@ RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs,
           j.abort_requested_at IS NOT NULL AS abort_requested, NOT picked.starts AS held;
 
 -- name: mark_started
--- Record the start of held jobs an executor took, `ago` seconds back: their attempt counted;
--- fenced. A row whose start is already recorded is left alone.
+-- Record the start of held jobs an executor took, `ago` seconds back (from then on the rescue
+-- treats them as started: their attempt is spent); fenced. A row whose start is already
+-- recorded is left alone.
 UPDATE pgjobs_job AS j
-SET attempts = j.attempts + 1,
-    started_at = now() - started.ago * interval '1 second',
+SET started_at = now() - started.ago * interval '1 second',
     first_started_at = COALESCE(j.first_started_at, now() - started.ago * interval '1 second')
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(ago)s::float8[]) AS started(id, token, ago)
 WHERE j.id = started.id AND j.claim_token = started.token AND j.status = 'running'
@@ -135,8 +136,7 @@ RETURNING j.id;
 
 -- part: count_unrecorded_start
 -- SET items of the statements that end an attempt (alias j): a held job whose start the worker
--- had not recorded yet (started_at NULL) has its attempt counted and its start set now.
-attempts = j.attempts + (j.started_at IS NULL)::int,
+-- had not recorded yet (started_at NULL) has its start set now.
 started_at = COALESCE(j.started_at, now()),
 first_started_at = COALESCE(j.first_started_at, j.started_at, now())
 
@@ -237,13 +237,13 @@ WITH moved AS (
 -- part: bury_moved
 -- Insert the rows of the CTE `moved` (deleted pgjobs_job rows plus `reason`, `error_type`,
 -- `error`, a one-element jsonb array appended to their errors, and `unrecorded_start`: the
--- attempt ending was a held job's whose start was not recorded yet, counted here) into
+-- attempt ending was a held job's whose start was not recorded yet, set here) into
 -- pgjobs_deadletter.
 INSERT INTO pgjobs_deadletter (job_id, name, queue, priority, args, kwargs, attempts,
                                max_attempts, unique_key, timeout, reason, error_type, errors,
                                created_at, started_at, first_started_at, failed_at, keep_result,
                                task_backend)
-SELECT id, name, queue, priority, args, kwargs, attempts + unrecorded_start::int, max_attempts,
+SELECT id, name, queue, priority, args, kwargs, attempts, max_attempts,
        unique_key, timeout, reason, error_type, errors || error, created_at,
        CASE WHEN unrecorded_start THEN now() ELSE started_at END,
        COALESCE(first_started_at, started_at, CASE WHEN unrecorded_start THEN now() END),
@@ -253,10 +253,9 @@ RETURNING id
 
 -- name: release_jobs
 -- Hand claimed-but-unstarted jobs back without spending their attempt (graceful shutdown):
--- the claim counted it only for a job it started at once (started_at set), so only that is
--- given back; a held job's was never counted.
+-- the claim numbered it, the hand-back takes the number back.
 UPDATE pgjobs_job AS j
-SET status = 'ready', attempts = j.attempts - (j.started_at IS NOT NULL)::int,
+SET status = 'ready', attempts = j.attempts - 1,
     claim_token = NULL, lease_expires_at = NULL, worker = ''
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS handed(id, token)
 WHERE j.id = handed.id AND j.claim_token = handed.token AND j.status = 'running'
@@ -275,10 +274,12 @@ RETURNING j.id, j.abort_requested_at IS NOT NULL AS abort_requested;
 -- name: rescue_expired
 -- Jobs whose lease expired (their worker died or hung). A job whose start was recorded goes
 -- back to 'ready' with an error entry, or to the dead-letter table when that was its last
--- attempt; a held job whose start was not (`started_at` NULL) goes back as it was, attempt not
--- spent, no error, its place in line kept, marked `returned_unstarted` for good (from then on
--- it is only claimed to start at once, its attempt counted before it runs: a job that kills its
--- worker as it starts gets one start unrecorded at most, then spends its attempts). A
+-- attempt; a held job whose start was not (`started_at` NULL) goes back with its attempt
+-- given back (max_attempts raised by one: its attempt number stays used, so no number ever runs
+-- twice, and its budget is whole), no error, its place in line kept, marked
+-- `returned_unstarted` for good (from then on it is only claimed to start at once, its start
+-- recorded before it runs: a job that kills its worker as it starts gets one start unrecorded
+-- at most, then spends its attempts). A
 -- job whose abort was requested is dead-lettered as aborted (never run again). One statement;
 -- SKIP LOCKED lets several workers run it at once.
 WITH expired AS (
@@ -317,6 +318,7 @@ requeued AS (
     SET status = 'ready', claim_token = NULL, lease_expires_at = NULL, worker = '',
         run_after = CASE WHEN expired.started THEN now() ELSE j.run_after END,
         errors = CASE WHEN expired.started THEN j.errors || expired.error ELSE j.errors END,
+        max_attempts = j.max_attempts + (NOT expired.started)::int,
         returned_unstarted = j.returned_unstarted OR NOT expired.started
     FROM expired
     WHERE j.id = expired.id AND NOT expired.exhausted

@@ -1,17 +1,17 @@
 """The starts of held jobs, recorded in their rows by the dispatcher.
 
-A job the claim holds for a busy worker has neither its attempt counted nor its start recorded
-(``started_at`` empty): a worker that dies holding it gives it back unspent (invariant 15). When
-an executor takes such a job it notes the start here (``started``, any thread) and runs it at
-once; the dispatcher records the starts (``mark_started``: the attempts counted)
+A job the claim holds for a busy worker has its attempt numbered but its start not recorded
+(``started_at`` empty): the rescue gives a worker's held jobs back with their attempt (invariant
+15). When an executor takes such a job it notes the start here (``started``, any thread) and
+runs it at once; the dispatcher records the starts (``mark_started``)
 ``MARK_DELAY_SECONDS`` later, in one statement for every start of that span, for the jobs still
-running then. A job that finished before is counted by the statement that ends its attempt
+running then. A job that finished before has its start set by the statement that ends its attempt
 (acknowledgement, retry, dead letter): short jobs, the ones worth holding, cost no statement of
 their own, and the executor never waits for one.
 
 A worker killed within that span leaves a started job unrecorded: the rescue gives it back with
-its attempt unspent but marked ``returned_unstarted``, and the claim only takes such a job to
-start it at once, its attempt counted before it runs: a job that kills its worker as it starts
+its attempt given back but marked ``returned_unstarted``, and the claim only takes such a job
+to start it at once, its start recorded before it runs: a job that kills its worker as it starts
 spends its attempts all the same. See ``docs/explanation/claim.md``.
 """
 
