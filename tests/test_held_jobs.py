@@ -110,3 +110,19 @@ def test_a_held_job_that_kills_its_worker_still_ends_in_the_dead_letters(start_w
     assert dead.error_type == "LeaseExpired" and "attempts exhausted" in dead.reason
     assert exits.count(13) <= 3, exits  # two counted attempts, at most one start unrecorded
     assert set(Execution.objects.values_list("label", flat=True)) == {"before-1", "before-2"}
+
+
+def test_a_burst_worker_drains_jobs_given_back_unstarted_before_it_exits(start_worker):
+    """Rows as the rescue leaves the held jobs of a killed worker (attempt given back,
+    ``returned_unstarted``): the claim takes them only to start at once (one per free executor)
+    and steps over the rest of its window, so its claims come back short of their limit. A
+    ``--burst`` worker with prefetch took that for an empty queue and exited after one of six."""
+    labels = [f"given-back-{i}" for i in range(6)]
+    demo.record.enqueue_many([((label,), {"sleep": 0.05}) for label in labels])
+    Job.objects.update(returned_unstarted=True, attempts=1, max_attempts=2)
+    worker = start_worker("--burst", "--concurrency", "1", "--prefetch", "4")
+    assert worker.wait(30) == 0, worker.output()
+    assert not Job.objects.exists(), worker.output()
+    ran = Tally(Execution.objects.values_list("label", flat=True))
+    assert ran == Tally(labels)
+    assert set(Execution.objects.values_list("attempt", flat=True)) == {2}
