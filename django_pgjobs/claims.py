@@ -42,6 +42,10 @@ class ClaimedJob:
     #: Claimed to wait for a slot: its attempt (``attempts`` already says which) and its start
     #: are recorded in the row only once an executor takes it (``mark_started``).
     held: bool = False
+    #: Held, and once given back by the rescue unstarted (``returned_unstarted``): its executor
+    #: records its start before running it (a job that killed its worker unrecorded once spends
+    #: its attempts from then on), instead of the dispatcher recording it after.
+    start_recorded_first: bool = False
 
     @property
     def is_last_attempt(self) -> bool:

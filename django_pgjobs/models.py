@@ -70,7 +70,7 @@ class Job(models.Model):
         default=False,
         db_default=False,  # statements that do not name it (older workers' INSERTs) keep working
         help_text="Once given back by the rescue after a worker died holding it before its start "
-        "was recorded: from then on only claimed to start at once, its start recorded first.",
+        "was recorded: from then on its start is recorded before it runs.",
     )
     finished_at = models.DateTimeField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)

@@ -66,6 +66,7 @@ def test_held_jobs_of_a_sigkilled_worker_keep_their_attempt_and_the_running_one_
     assert {attempts[label] for label in labels[3:]} == {2}
 
 
+@pytest.mark.alone  # catches the adaptive prefetch holding: loaded neighbours starve it
 def test_a_no_flags_worker_sigkilled_with_held_jobs_dead_letters_none_that_never_started(
     start_worker, other_connection
 ):
@@ -114,9 +115,8 @@ def test_a_held_job_that_kills_its_worker_still_ends_in_the_dead_letters(start_w
 
 def test_a_burst_worker_drains_jobs_given_back_unstarted_before_it_exits(start_worker):
     """Rows as the rescue leaves the held jobs of a killed worker (attempt given back,
-    ``returned_unstarted``): the claim takes them only to start at once (one per free executor)
-    and steps over the rest of its window, so its claims come back short of their limit. A
-    ``--burst`` worker with prefetch took that for an empty queue and exited after one of six."""
+    ``returned_unstarted``). A ``--burst`` worker with prefetch once took a claim short of its
+    limit for an empty queue and exited after one of six."""
     labels = [f"given-back-{i}" for i in range(6)]
     demo.record.enqueue_many([((label,), {"sleep": 0.05}) for label in labels])
     Job.objects.update(returned_unstarted=True, attempts=1, max_attempts=2)
@@ -126,3 +126,18 @@ def test_a_burst_worker_drains_jobs_given_back_unstarted_before_it_exits(start_w
     ran = Tally(Execution.objects.values_list("label", flat=True))
     assert ran == Tally(labels)
     assert set(Execution.objects.values_list("attempt", flat=True)) == {2}
+
+
+def test_jobs_given_back_unstarted_are_held_again_and_drain_at_full_speed(start_worker):
+    """After a crash, the held jobs the rescue gave back (``returned_unstarted``) are held again
+    like any other (their executor records their start before running them): when the claim
+    took them only to start at once, a busy worker's claims came back nearly empty and it
+    waited a poll interval each time, about one job per executor a second (40 jobs: 30 s)."""
+    labels = [f"given-back-{i}" for i in range(40)]
+    demo.record.enqueue_many([((label,), {"sleep": 0.01}) for label in labels])
+    Job.objects.update(returned_unstarted=True, attempts=1, max_attempts=2)
+    worker = start_worker("--concurrency", "1", "--prefetch", "10")  # not --burst: it waits
+    wait_until(lambda: not Job.objects.exists(), timeout=15)  # 40 jobs of 10 ms
+    assert Tally(Execution.objects.values_list("label", flat=True)) == Tally(labels)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.output()

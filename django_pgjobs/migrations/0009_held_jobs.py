@@ -29,7 +29,7 @@ class Migration(migrations.Migration):
             field=models.BooleanField(
                 db_default=False,
                 default=False,
-                help_text="Once given back by the rescue after a worker died holding it before its start was recorded: from then on only claimed to start at once, its start recorded first.",
+                help_text="Once given back by the rescue after a worker died holding it before its start was recorded: from then on its start is recorded before it runs.",
             ),
         ),
         migrations.AlterField(

@@ -74,8 +74,9 @@ WHERE unique_key = %(unique_key)s AND status IN ('ready', 'running');
 -- against `sync_room`). Every claimed job gets its attempt number (attempts + 1, so a number is
 -- never run twice); only the first `sync_starts` / `async_starts` of a kind (its free slots:
 -- they start at once) have their start recorded, the others are held (`started_at` NULL until
--- mark_started; a held job the rescue finds unstarted has its attempt given back). A job the
--- rescue once gave back unstarted (`returned_unstarted`) is only claimed to start at once.
+-- mark_started; a held job the rescue finds unstarted has its attempt given back). A held job
+-- the rescue once gave back unstarted (`returned_unstarted`) comes with `start_recorded_first`:
+-- its executor records its start (mark_started) before running it, not after.
 -- `skip_names`: names of a kind whose slots are full. Why each part: docs/explanation/claim.md.
 WITH candidates AS (
     SELECT id, priority, run_after, name = ANY(%(async_names)s::text[]) AS is_async
@@ -113,14 +114,15 @@ SET status = 'running',
                             ELSE j.first_started_at END,
     lease_expires_at = now() + %(lease_seconds)s::float8 * interval '1 second'
 FROM picked
-WHERE j.id = picked.id AND (picked.starts OR NOT j.returned_unstarted)
+WHERE j.id = picked.id
 RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs,
           j.attempts, j.max_attempts,
           j.timeout,
           j.task_backend,
           extract(epoch FROM j.run_after)::float8 AS run_after,
           extract(epoch FROM j.created_at)::float8 AS created_at, j.keep_result,
-          j.abort_requested_at IS NOT NULL AS abort_requested, NOT picked.starts AS held;
+          j.abort_requested_at IS NOT NULL AS abort_requested, NOT picked.starts AS held,
+          j.returned_unstarted AND NOT picked.starts AS start_recorded_first;
 
 -- name: given_back_unstarted_ready
 -- Whether a job the rescue gave back unstarted (`returned_unstarted`) is due in the worker's
@@ -202,7 +204,7 @@ claimed AS ({{claim_jobs}})
 SELECT claimed.*, NULL::bigint[] AS completed FROM claimed
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, ARRAY(SELECT id FROM completed);
+       NULL, NULL, ARRAY(SELECT id FROM completed);
 
 -- name: retry_job
 -- Put a failed job back to 'ready' after `delay_seconds`, appending the error; fenced. A job
@@ -290,9 +292,9 @@ RETURNING j.id, j.abort_requested_at IS NOT NULL AS abort_requested;
 -- attempt; a held job whose start was not (`started_at` NULL) goes back with its attempt
 -- given back (max_attempts raised by one: its attempt number stays used, so no number ever runs
 -- twice, and its budget is whole), no error, its place in line kept, marked
--- `returned_unstarted` for good (from then on it is only claimed to start at once, its start
--- recorded before it runs: a job that kills its worker as it starts gets one start unrecorded
--- at most, then spends its attempts). A
+-- `returned_unstarted` for good (from then on its start is always recorded before it runs:
+-- a job that kills its worker as it starts gets one start unrecorded at most, then spends its
+-- attempts). A
 -- job whose abort was requested is dead-lettered as aborted (never run again). One statement;
 -- SKIP LOCKED lets several workers run it at once.
 WITH expired AS (

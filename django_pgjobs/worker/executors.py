@@ -14,7 +14,7 @@ import queue as queue_module
 import threading
 import time
 
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
 
 from .. import operations, registry, signals
 from ..conf import get_config
@@ -131,15 +131,36 @@ class ExecutorPool:
                     if item is None:
                         return
                     job, definition = item
-                    if job.held:  # its attempt is counted now: the dispatcher records it
-                        self.worker.starts.started(job, time.monotonic())
                     own.before_job(job)
+                    refused = self._record_start_first(job)
+                    if refused is not None:
+                        self.worker.events.put(refused)
+                        continue
+                    if job.held:  # started now: the dispatcher records it
+                        self.worker.starts.started(job, time.monotonic())
                     result = self._execute(job, definition)
                     self.worker.events.put(self._settle_connections(own, result))
                     if own.retired:  # timed out: a new executor has taken this one's place
                         return
         finally:
             connections.close_all()
+
+    def _record_start_first(self, job: ClaimedJob) -> HandBack | None:
+        """A held job the rescue once gave back unstarted has its start recorded here, before
+        it runs, on this executor's connection: had it killed its worker before the dispatcher
+        recorded the start, it would otherwise get its attempt back every time. None when it may
+        run; a ``HandBack`` (it does not run, no attempt spent) when the start could not be
+        recorded: the database failed, or the job is no longer this worker's."""
+        if not job.start_recorded_first:
+            return None
+        try:
+            recorded = operations.mark_started(connections[self.alias], [(job, 0.0)])
+        except DatabaseError as error:
+            return HandBack(job, error)
+        if job.id not in recorded:
+            return HandBack(job, LeaseLost(f"job #{job.id} is no longer held by this worker"))
+        job.held = job.start_recorded_first = False
+        return None
 
     def _settle_connections(self, own: ExecutorConnections, result):
         """Clean up after the job; what it left open is its failure, and a connection that had
