@@ -195,12 +195,6 @@ def dead_letter_aborted(
     return rows[0]["id"] if rows else None
 
 
-def given_back_unstarted_ready(connection: Connection, queues: Sequence[str] | None) -> bool:
-    """A job the rescue gave back unstarted is due in ``queues`` (all when None)."""
-    params = {"all_queues": queues is None, "queues": list(queues or [])}
-    return db.execute(connection, "given_back_unstarted_ready", params)[0]["ready"]
-
-
 def mark_started(connection: Connection, started: Sequence[tuple[ClaimedJob, float]]) -> set[int]:
     """Record the start of held jobs (``(job, seconds since it started)``): their attempt
     counted. Returns the ids recorded; a missing id was no longer held, or already recorded."""

@@ -124,19 +124,6 @@ RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs,
           j.abort_requested_at IS NOT NULL AS abort_requested, NOT picked.starts AS held,
           j.returned_unstarted AND NOT picked.starts AS start_recorded_first;
 
--- name: given_back_unstarted_ready
--- Whether a job the rescue gave back unstarted (`returned_unstarted`) is due in the worker's
--- queues: the claim takes such a job only to start it at once and steps over the others in its
--- window, so a claim that returned fewer jobs than it asked for does not prove that none is
--- ready (what a `--burst` worker asks before it exits).
-SELECT EXISTS (
-    SELECT 1 FROM pgjobs_job
-    WHERE status = 'ready' AND returned_unstarted
-      AND run_after <= now()
-      AND (%(all_queues)s OR queue = ANY(%(queues)s::text[]))
-      AND queue NOT IN (SELECT name FROM pgjobs_queue WHERE paused)
-) AS ready;
-
 -- name: mark_started
 -- Record the start of held jobs an executor took, `ago` seconds back (from then on the rescue
 -- treats them as started: their attempt is spent); fenced. A row whose start is already

@@ -126,7 +126,6 @@ class Worker:
         self.sender = Worker  # of every django_pgjobs signal
 
         self.stats = Stats()
-        self.idle_claim_empty = False  # the last claim, made holding nothing, took nothing
         self.metrics = metrics.QueueMetrics()  # per-queue counts for the admin dashboard
         # Thread ownership: see the package docstring (django_pgjobs/worker/__init__.py).
         self.owner = ThreadOwner("dispatcher")
@@ -233,9 +232,7 @@ class Worker:
                             else self.poll_interval
                         )
                     if self.burst and not (more_ready or self.held or self.slots.last_skip):
-                        if not self._given_back_left():
-                            break
-                        more_ready = True
+                        break
                     if self._limit_reached() and not self.held:
                         break
                 backoff.reset()
@@ -308,15 +305,6 @@ class Worker:
             room = min(room, self.max_jobs - self.stats.claimed)
         return max(room, 0)
 
-    def _given_back_left(self) -> bool:
-        """(A burst worker about to exit.) Jobs the rescue gave back unstarted are ready: the
-        claim steps over those it cannot start at once, so a claim short of its limit did not
-        prove the queue empty. Not after a claim made holding nothing that took nothing (it
-        could start any such job): rows locked elsewhere cannot keep it claiming in a loop."""
-        if self.idle_claim_empty:
-            return False
-        return operations.given_back_unstarted_ready(self.db.connection(), self.queues)
-
     def _limit_reached(self) -> bool:
         return self.max_jobs is not None and self.stats.claimed >= self.max_jobs
 
@@ -328,7 +316,6 @@ class Worker:
         self.acks.flush_results()  # only jobs that keep their result: the claim carries the others
         limit = min(self._capacity(), self.batch_size)
         acks = self.acks.pending
-        idle = not self.held  # every slot free: the claim may start any job it finds
         plan = self.slots.plan(limit)
         done, jobs = operations.complete_and_claim_jobs(
             self.db.connection(),
@@ -342,7 +329,6 @@ class Worker:
             prepared=self.listen,
         )
         self.acks.sent(acks, done)
-        self.idle_claim_empty = idle and not jobs
         full = self.slots.filled_a_room(plan, jobs) or len(jobs) == limit
         free_slots = self.concurrency - len(self.held) + len(self.slots.async_held)
         runnable = []
