@@ -39,8 +39,8 @@ class ClaimedJob:
     #: polls it can stop, best by raising ``django_pgjobs.Aborted`` (``raise_if_aborted()``).
     abort_requested: bool = False
     task_backend: str = ""  # the django.tasks backend alias of a task row; "" for a native job
-    #: Claimed to wait for a slot: its attempt (``attempts`` already says which) and its start
-    #: are recorded in the row only once an executor takes it (``mark_started``).
+    #: Claimed to wait for a slot: numbered (``attempts``) but its start recorded in the row only
+    #: once an executor takes it (``mark_started``); given back its attempt if it never starts.
     held: bool = False
     #: Held, and once given back by the rescue unstarted (``returned_unstarted``): its executor
     #: records its start before running it (a job that killed its worker unrecorded once spends
@@ -60,7 +60,7 @@ class ClaimedJob:
 @dataclass(frozen=True)
 class ClaimPlan:
     """How many jobs of each kind one claim takes (``room``) and how many of those start at once
-    (``starts``: the free slots; the claim counts their attempt, the rest are held).
+    (``starts``: the free slots; the claim records their start, the rest are held).
     ``async_names``: the names of the ``async def`` jobs; every other name is a sync job."""
 
     limit: int  # jobs in all

@@ -10,9 +10,9 @@ running then. A job that finished before has its start set by the statement that
 their own, and the executor never waits for one.
 
 A worker killed within that span leaves a started job unrecorded: the rescue gives it back with
-its attempt given back but marked ``returned_unstarted``, and the claim only takes such a job
-to start it at once, its start recorded before it runs: a job that kills its worker as it starts
-spends its attempts all the same. See ``docs/explanation/claim.md``.
+its attempt given back but marked ``returned_unstarted``; such a job, held again, has its start
+recorded by its executor before it runs (``executors.py``): a job that kills its worker as it
+starts spends its attempts all the same. See ``docs/explanation/claim.md``.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class PendingStarts:
         return 0.0 if self.incoming else seconds
 
     def finished(self, job: ClaimedJob) -> None:
-        """(Dispatcher.) ``job``'s attempt ended: the statement ending it counts it."""
+        """(Dispatcher.) ``job``'s attempt ended: the statement ending it records its start."""
         job.held = False
 
     def _collect(self) -> None:
