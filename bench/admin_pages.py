@@ -129,7 +129,7 @@ def fill(jobs: int, dead: int) -> None:
         )
         print(f"  {dead:>9,} dead letters in {time.monotonic() - started:.1f}s")
         cursor.execute(
-            f"""INSERT INTO pgjobs_stat (queue, minute, succeeded, retried, dead, wait_buckets)
+            f"""INSERT INTO pgjobs_stat (queue, minute, succeeded, retried, dead_lettered, wait_buckets)
                 SELECT q, date_trunc('minute', now()) - m * interval '1 minute', 50 + m % 30, m % 4, m % 2,
                        ARRAY[5, 10, 20, 30, 20, 10, 5, 3, 2, 1, 1, 0, 0, 0, 0]
                 FROM unnest({queues}) AS q, generate_series(0, 2879) AS m"""  # noqa: S608

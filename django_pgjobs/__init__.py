@@ -8,6 +8,7 @@ Public API: ``job`` (decorator), ``enqueue``, ``enqueue_many``, ``abort`` (and `
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -35,19 +36,20 @@ if TYPE_CHECKING:
     from .backoff import RetryPolicy
     from .errors import JobTimeout
     from .models import Job
-    from .registry import JobDefinition, UnknownJobError, job
+    from .registry import JobDefinition, JobWithOptions, UnknownJobError, job
     from .results import JobResult, JobResultDoesNotExist, aget_result, get_result
     from .retries import Discard, Retry
 
 
-def enqueue(job: JobDefinition | str, *args: Any, **kwargs: Any) -> Job:
-    """Enqueue ``job`` (a ``@job`` function or its registered name) with these arguments."""
+def enqueue(job: JobDefinition | JobWithOptions | str, *args: Any, **kwargs: Any) -> Job:
+    """Enqueue ``job`` (a ``@job`` function, with ``.using()`` options or not, or its registered
+    name) with these arguments."""
     from .registry import resolve
 
     return resolve(job).enqueue(*args, **kwargs)
 
 
-def enqueue_many(job: JobDefinition | str, calls: Any) -> list[Job]:
+def enqueue_many(job: JobDefinition | JobWithOptions | str, calls: Any) -> list[Job]:
     """Enqueue one ``job`` per item of ``calls`` in a single INSERT (see ``<job>.enqueue_many``)."""
     from .registry import resolve
 
@@ -62,38 +64,26 @@ def abort(job_id_or_ids: Any, *, using: str | None = None, **options: Any) -> Ab
     return abort_jobs(job_id_or_ids, using=using, **options)
 
 
+#: The public names this module imports when first asked for, and the module of each.
+_LAZY = {
+    "job": "registry",
+    "UnknownJobError": "registry",
+    "RetryPolicy": "backoff",
+    "JobTimeout": "errors",
+    "Aborted": "errors",
+    "AbortResult": "aborting",
+    "Retry": "retries",
+    "Discard": "retries",
+    "get_result": "results",
+    "aget_result": "results",
+    "JobResult": "results",
+    "JobResultDoesNotExist": "results",
+}
+
+
 def __getattr__(name: str) -> Any:
     # Lazy: importing django_pgjobs must not import models before the app registry is ready.
-    if name == "job":
-        from .registry import job
-
-        return job
-    if name == "RetryPolicy":
-        from .backoff import RetryPolicy
-
-        return RetryPolicy
-    if name == "JobTimeout":
-        from .errors import JobTimeout
-
-        return JobTimeout
-    if name == "Aborted":
-        from .errors import Aborted
-
-        return Aborted
-    if name == "AbortResult":
-        from .aborting import AbortResult
-
-        return AbortResult
-    if name == "UnknownJobError":
-        from .registry import UnknownJobError
-
-        return UnknownJobError
-    if name in ("Retry", "Discard"):
-        from . import retries
-
-        return getattr(retries, name)
-    if name in ("get_result", "aget_result", "JobResult", "JobResultDoesNotExist"):
-        from . import results
-
-        return getattr(results, name)
-    raise AttributeError(f"module 'django_pgjobs' has no attribute {name!r}")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'django_pgjobs' has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{module}"), name)

@@ -15,7 +15,9 @@ Options (``TASKS[alias]["OPTIONS"]``, all optional)
     ``RetryPolicy`` fields: ``base_seconds``, ``factor``, ``cap_seconds``, ``jitter``; default
     ``PGJOBS["RETRY_*"]``), ``LEASE_SECONDS`` (default ``PGJOBS["LEASE_SECONDS"]``), ``ATOMIC``
     (run the task and its completion in one transaction; default ``PGJOBS["DEFAULT_ATOMIC"]``).
-    ``QUEUES`` (beside ``OPTIONS``) lists the queue names tasks may use, as Django says.
+    ``QUEUES`` (beside ``OPTIONS``) lists the queue names tasks may use; left out, tasks may
+    use any queue (Django's default would allow only ``"default"``, and the ``@task`` of a
+    module using another queue would fail at import).
     Results are kept ``PGJOBS["KEEP_RESULTS_SECONDS"]`` after a task succeeds; a failed task is
     a dead letter, kept until an operator deletes it.
 
@@ -69,6 +71,8 @@ class PgJobsBackend(tf.BaseTaskBackend):
 
     def __init__(self, alias: str, params: dict) -> None:
         super().__init__(alias, params)
+        if "QUEUES" not in params:
+            self.queues = set()  # any queue (Django: empty QUEUES allows every queue name)
         where = f"TASKS[{alias!r}]"
         try:
             for queue in self.queues:
@@ -81,6 +85,12 @@ class PgJobsBackend(tf.BaseTaskBackend):
     # -- enqueueing -----------------------------------------------------------------------------
 
     def validate_task(self, task: Any) -> None:
+        if self.queues and task.queue_name not in self.queues:
+            raise tf.InvalidTask(
+                f"queue {task.queue_name!r} of task {task.module_path} is not in "
+                f"TASKS[{self.alias!r}]['QUEUES'] ({', '.join(sorted(self.queues))}): add it "
+                "there, or leave QUEUES out to accept any queue"
+            )
         super().validate_task(task)
         try:
             check_queue(task.queue_name)
@@ -103,7 +113,6 @@ class PgJobsBackend(tf.BaseTaskBackend):
             name=task.module_path,
             queue=task.queue_name,
             priority=task.priority,
-            run_after=task.run_after,
             max_attempts=self.max_attempts,
             atomic=self.atomic,
             lease_seconds=self.lease_seconds,
@@ -118,10 +127,10 @@ class PgJobsBackend(tf.BaseTaskBackend):
         """One INSERT on the caller's connection (inside the caller's transaction, if any)."""
         self.validate_task(task)
         try:  # not remembered: each .using(run_after=...) is another task
-            definition = self._new_definition(task)
+            prepared = self._new_definition(task).using(run_after=task.run_after)
         except ValueError as error:  # what Django's validation leaves to backends
             raise tf.InvalidTask(str(error)) from None
-        job = definition.enqueue(*args, **kwargs)
+        job = prepared.enqueue(*args, **kwargs)
         result = tf.TaskResult(
             task=task,
             id=str(job.id),

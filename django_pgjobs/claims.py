@@ -1,8 +1,9 @@
-"""What a claim returns (``ClaimedJob``) and how a worker plans one (``ClaimPlan``).
+"""What a claim returns (``ClaimedJob``), how a worker plans one (``ClaimPlan``) and how it
+builds one (``ClaimBuilder`` -> ``Claim``).
 
-Both live in ``operations`` for their users: ``from django_pgjobs.operations import
-ClaimedJob``. The claim itself: ``operations.complete_and_claim_jobs`` and
-``docs/explanation/claim.md``.
+They live in ``operations`` for their users: ``from django_pgjobs.operations import
+ClaimedJob``. The claim itself runs through ``operations.complete(..., claim=...)``, alone or
+carrying acknowledgements; why it is made as it is: ``docs/explanation/claim.md``.
 """
 
 from __future__ import annotations
@@ -84,3 +85,62 @@ class ClaimPlan:
             "async_starts": min(self.async_starts, self.async_room),
             "async_names": list(self.async_names),
         }
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim, ready to run: the parameters of the claim statement (``claim_jobs``, every
+    statement that carries it takes the same) and what its rows are read with. Its token is
+    this claim's: run it once, through ``operations.complete(..., claim=...)``."""
+
+    params: dict[str, Any]
+    lease_seconds: float  # the lease the claim gives, recorded on each ``ClaimedJob``
+    prepared: bool  # run prepared, when it runs alone (``db.execute_prepared_replanned``)
+
+    @property
+    def token(self) -> uuid.UUID:
+        return self.params["token"]
+
+
+class ClaimBuilder:
+    """Builds a worker's claims. What all of them share (the worker's id, its queues, the lease,
+    whether the session may run prepared statements) is made into statement parameters once;
+    each claim adds its plan, the names it skips and a fresh token.
+
+    ``queues``: None for every queue. ``prepared``: only on a session that keeps its settings
+    from one statement to the next (a worker that may LISTEN has one), see
+    ``db.execute_prepared_replanned``.
+    """
+
+    def __init__(
+        self,
+        *,
+        worker: str,
+        queues: Sequence[str] | None,
+        lease_seconds: float,
+        prepared: bool = False,
+    ) -> None:
+        self.lease_seconds = float(lease_seconds)
+        self.prepared = prepared
+        self.shared: dict[str, Any] = {
+            "worker": worker,
+            "all_queues": queues is None,
+            "queues": list(queues or []),
+            "lease_seconds": self.lease_seconds,
+        }
+
+    def claim(self, plan: ClaimPlan, skip_names: Sequence[str] | None = None) -> Claim:
+        """The claim of ``plan``, skipping jobs named in ``skip_names`` (names of a kind whose
+        slots are full)."""
+        params = {
+            **self.shared,
+            **plan.params(),
+            "any_name": not skip_names,
+            "skip_names": list(skip_names or []),
+            "token": uuid.uuid4(),
+        }
+        return Claim(params, self.lease_seconds, self.prepared)
+
+    def take(self, limit: int) -> Claim:
+        """A claim of up to ``limit`` jobs of any kind, every one started at once."""
+        return self.claim(ClaimPlan.all_start(limit))

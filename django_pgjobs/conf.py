@@ -106,6 +106,12 @@ class Config:
     #: Executor threads stuck in a timed-out job that a worker tolerates: at this many it stops
     #: claiming, hands back what it holds and exits with status 3 for its supervisor to restart.
     MAX_STUCK_THREADS: int = setting(4, Bounds(low=1, high=1000))
+    #: Seconds after its enqueue during which a job whose name (or task) a worker does not know
+    #: is handed back, attempt not spent, for a worker that knows it (a rolling deploy: the web
+    #: processes run the new release before every worker does); after it, it is dead-lettered.
+    UNKNOWN_JOB_GRACE_SECONDS: float = setting(600.0, SECONDS)
+    #: This deployment's release (a version, a commit), in the worker's log lines; "" if unset.
+    RELEASE: str = ""
     #: Modules imported at start-up besides every installed app's ``jobs`` module.
     JOB_MODULES: tuple[str, ...] = ()
     #: Argument keys whose values are shown as ``'********'`` in the admin and logs.

@@ -4,35 +4,57 @@ Inside ``transaction.atomic()`` the job becomes visible to workers exactly when 
 commits and vanishes on rollback; there is no ``on_commit`` indirection. Every argument and
 option is checked before the statement runs, so a bad call raises and writes nothing (and leaves
 the caller's transaction usable).
+
+A row's columns come from the job's definition (``JobSpec``: what this module reads of a
+``registry.JobDefinition``, which it never imports) and the call's ``CallOptions``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from django.db import connections
 from django.db.models.base import ModelState
 from django.utils import timezone
 
 from . import db, signals
+from .calls import CallOptions
 from .conf import get_config
 from .models import Job
 from .payload import dump_arguments
 from .validation import check_unique_key
 
-if TYPE_CHECKING:  # registry imports this module (JobDefinition.enqueue)
-    from .registry import JobDefinition
-
-__all__ = ["enqueue_definition", "enqueue_many"]
+__all__ = ["JobSpec", "enqueue_call", "enqueue_many"]
 
 
-def _row_params(definition: JobDefinition, args: tuple | list, kwargs: dict) -> dict[str, Any]:
-    args_json, kwargs_json, unique_key = _call_values(definition, args, kwargs)
+class JobSpec(Protocol):
+    """What enqueueing reads of a job's definition (``registry.JobDefinition`` and
+    ``task_rows.TaskDefinition`` are ones)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def keep_result(self) -> bool: ...
+    @property
+    def unique_key(self) -> Callable[..., str | None] | None: ...
+    @property
+    def task_backend(self) -> str: ...
+    def get_queue(self) -> str: ...
+    def get_max_attempts(self) -> int: ...
+    def check_arguments(self, args: Any, kwargs: Any) -> None: ...
+
+
+def _row_params(
+    definition: JobSpec, options: CallOptions, args: tuple | list, kwargs: dict
+) -> dict[str, Any]:
+    args_json, kwargs_json, unique_key = _call_values(definition, options, args, kwargs)
     return {
-        **_definition_params(definition),
+        **_shared_params(definition, options),
         "args": args_json,
         "kwargs": kwargs_json,
         "unique_key": unique_key,
@@ -40,7 +62,7 @@ def _row_params(definition: JobDefinition, args: tuple | list, kwargs: dict) -> 
 
 
 def _call_values(
-    definition: JobDefinition, args: tuple | list, kwargs: dict
+    definition: JobSpec, options: CallOptions, args: tuple | list, kwargs: dict
 ) -> tuple[str, str, str | None]:
     """What differs from call to call: the checked JSON arguments and the unique key."""
     args_json, kwargs_json = dump_arguments(args, kwargs, get_config().MAX_PAYLOAD_BYTES)
@@ -49,25 +71,28 @@ def _call_values(
         definition.check_arguments(list(args), kwargs)
     except TypeError as error:
         raise TypeError(f"arguments do not fit {definition.name}: {error}") from None
-    unique_key = definition.fixed_unique_key
+    unique_key = options.unique_key
     if unique_key is None and definition.unique_key is not None:
         unique_key = check_unique_key(definition.unique_key(*args, **kwargs))
     return args_json, kwargs_json, unique_key
 
 
-def _definition_params(definition: JobDefinition) -> dict[str, Any]:
-    """What every call of one definition shares."""
-    run_after = definition.run_after
-    if definition.delay:
-        run_after = timezone.now() + timedelta(seconds=definition.delay)
+def _shared_params(definition: JobSpec, options: CallOptions) -> dict[str, Any]:
+    """What every call with one definition and one set of options shares: each option given
+    wins over the definition's."""
+    run_after = options.run_after
+    if options.delay:
+        run_after = timezone.now() + timedelta(seconds=options.delay)
     return {
         "name": definition.name,
-        "queue": definition.get_queue(),
-        "priority": definition.priority,
+        "queue": options.queue or definition.get_queue(),
+        "priority": definition.priority if options.priority is None else options.priority,
         "run_after": run_after,
-        "max_attempts": definition.get_max_attempts(),
-        "timeout": definition.call_timeout,
-        "keep_result": definition.keep_result,
+        "max_attempts": options.max_attempts or definition.get_max_attempts(),
+        "timeout": options.timeout,  # None: the worker applies the definition's
+        "keep_result": (
+            definition.keep_result if options.keep_result is None else options.keep_result
+        ),
         "task_backend": definition.task_backend,
     }
 
@@ -131,8 +156,12 @@ def _notify_in_statement(connection, params: dict[str, Any]) -> bool:
     return not _notified_recently(connection.alias, params["queue"])
 
 
-def enqueue_definition(definition: JobDefinition, args: tuple | list, kwargs: dict) -> Job:
-    params = _row_params(definition, args, kwargs)
+def enqueue_call(
+    definition: JobSpec, options: CallOptions, args: tuple | list, kwargs: dict
+) -> Job:
+    """Insert one job; returns the saved ``Job``, or the job already in flight with its
+    unique key."""
+    params = _row_params(definition, options, args, kwargs)
     config = get_config()
     connection = db.jobs_connection()
     after_commit = config.LISTEN_NOTIFY and _wakes_after_commit(connection)
@@ -163,14 +192,14 @@ def enqueue_definition(definition: JobDefinition, args: tuple | list, kwargs: di
         connection, "find_in_flight_by_unique_key", {"unique_key": params["unique_key"]}
     )
     if not existing:  # it finished between the two statements; enqueue again
-        return enqueue_definition(definition, args, kwargs)
+        return enqueue_call(definition, options, args, kwargs)
     job = _to_job(existing[0], connection.alias)
     signals.job_enqueued.send(sender=Job, job=job, created=False)
     return job
 
 
 def enqueue_many(
-    definition: JobDefinition, calls: Iterable[tuple | list | tuple[tuple, dict]]
+    definition: JobSpec, options: CallOptions, calls: Iterable[tuple | list | tuple[tuple, dict]]
 ) -> list[Job]:
     """Enqueue many jobs of one kind in a single INSERT.
 
@@ -178,30 +207,10 @@ def enqueue_many(
     item is a dict. Jobs whose unique key is already in flight are skipped: the returned list
     holds the inserted jobs only.
     """
-    inputs: list[tuple[list, dict, str | None]] = []
-    columns: dict[str, list[Any]] = {"args": [], "kwargs": [], "unique_keys": []}
-    for call in calls:
-        if (
-            isinstance(call, tuple)
-            and len(call) == 2
-            and isinstance(call[1], dict)
-            and isinstance(call[0], (tuple, list))
-        ):
-            call_args, call_kwargs = call
-        elif isinstance(call, (tuple, list)):
-            call_args, call_kwargs = call, {}
-        else:
-            raise TypeError(
-                f"each call must be an args tuple/list or an (args, kwargs) pair, not {call!r}"
-            )
-        args_json, kwargs_json, unique_key = _call_values(definition, call_args, call_kwargs)
-        columns["args"].append(args_json)
-        columns["kwargs"].append(kwargs_json)
-        columns["unique_keys"].append(unique_key)
-        inputs.append((list(call_args), dict(call_kwargs), unique_key))
+    inputs, columns = _many_calls(definition, options, calls)
     if not inputs:
         return []
-    params = _definition_params(definition)
+    params = _shared_params(definition, options)
     connection = db.jobs_connection()
     rows = db.execute_prepared(
         connection,
@@ -232,6 +241,36 @@ def enqueue_many(
         for job in jobs:
             signals.job_enqueued.send(sender=Job, job=job, created=True)
     return jobs
+
+
+def _many_calls(
+    definition: JobSpec, options: CallOptions, calls: Iterable[Any]
+) -> tuple[list[tuple[list, dict, str | None]], dict[str, list[Any]]]:
+    """Each call checked, as sent (arguments and unique key) and as the statement's columns."""
+    inputs: list[tuple[list, dict, str | None]] = []
+    columns: dict[str, list[Any]] = {"args": [], "kwargs": [], "unique_keys": []}
+    for call in calls:
+        if (
+            isinstance(call, tuple)
+            and len(call) == 2
+            and isinstance(call[1], dict)
+            and isinstance(call[0], (tuple, list))
+        ):
+            call_args, call_kwargs = call
+        elif isinstance(call, (tuple, list)):
+            call_args, call_kwargs = call, {}
+        else:
+            raise TypeError(
+                f"each call must be an args tuple/list or an (args, kwargs) pair, not {call!r}"
+            )
+        args_json, kwargs_json, unique_key = _call_values(
+            definition, options, call_args, call_kwargs
+        )
+        columns["args"].append(args_json)
+        columns["kwargs"].append(kwargs_json)
+        columns["unique_keys"].append(unique_key)
+        inputs.append((list(call_args), dict(call_kwargs), unique_key))
+    return inputs, columns
 
 
 def _jobs_from_inserted(

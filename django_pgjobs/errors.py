@@ -2,6 +2,10 @@
 
 Whatever a handler raised, the entry is text jsonb can store and of bounded size, so recording a
 failure can never fail in turn.
+
+An error's stored type is ``module.qualname`` of its class (``builtins.`` left out), except for
+the package's own errors: a class declaring ``stored_error_type`` is stored under that name
+(``django_pgjobs.JobTimeout``), which stays what rows hold wherever the class moves.
 """
 
 from __future__ import annotations
@@ -31,8 +35,7 @@ def error_entry(
     """
     limit = get_config().MAX_ERROR_CHARS
     if error is not None:
-        error_type = error_type or f"{type(error).__module__}.{type(error).__qualname__}"
-        error_type = error_type.removeprefix("builtins.")
+        error_type = error_type or stored_type(type(error)).removeprefix("builtins.")
         message = message if message is not None else _str_of(error)
         try:
             trace = "".join(tb.format_exception(type(error), error, error.__traceback__))
@@ -52,6 +55,14 @@ def error_entry(
         "traceback": _storable(_truncate(trace, limit)),
         "worker": worker,
     }
+
+
+def stored_type(kind: type[BaseException]) -> str:
+    """The type name errors of class ``kind`` are stored under: the ``stored_error_type`` the
+    class itself declares (a subclass does not inherit it: it is stored under its own name),
+    else ``module.qualname``."""
+    declared = vars(kind).get("stored_error_type")
+    return declared if isinstance(declared, str) else f"{kind.__module__}.{kind.__qualname__}"
 
 
 def _str_of(error: BaseException) -> str:
@@ -86,13 +97,11 @@ class JobTimeout(Exception):
     ``PGJOBS["DEFAULT_TIMEOUT_SECONDS"]``): a failed attempt, retried or dead-lettered like any
     other."""
 
-
-JobTimeout.__module__ = "django_pgjobs"  # stored as django_pgjobs.JobTimeout
+    stored_error_type = "django_pgjobs.JobTimeout"
 
 
 class Aborted(Exception):
     """Raised by a job that stops because its abort was requested (``current_job()
     .raise_if_aborted()``); the attempt ends as aborted: dead-lettered, never retried."""
 
-
-Aborted.__module__ = "django_pgjobs"  # stored and shown as django_pgjobs.Aborted
+    stored_error_type = "django_pgjobs.Aborted"

@@ -56,7 +56,7 @@ PRUNE_EVERY_SECONDS = 600.0
 class QueueCounts:
     succeeded: int = 0
     retried: int = 0
-    dead: int = 0
+    dead_lettered: int = 0
     wait_buckets: list[int] = field(default_factory=lambda: [0] * (len(WAIT_BUCKET_BOUNDS) + 1))
 
 
@@ -95,16 +95,17 @@ class QueueMetrics:
     def retried(self, job: Any) -> None:
         self._queue(job.queue).retried += 1
 
-    def dead(self, job: Any) -> None:
-        self._queue(job.queue).dead += 1
+    def dead_lettered(self, job: Any) -> None:
+        self._queue(job.queue).dead_lettered += 1
 
-    def maybe_flush(self, connection, force: bool = False) -> None:
+    def maybe_flush(self, connection, force: bool = False) -> int:
+        """Write the counts when due (or ``force``); returns how many queues' counts went."""
         now = time.monotonic()
         if not force and now < self._next_flush:
-            return
+            return 0
         self._next_flush = now + self.flush_seconds
         if not self._counts:
-            return
+            return 0
         counts, self._counts = self._counts, {}
         try:
             operations.record_queue_stats(connection, counts)
@@ -113,3 +114,5 @@ class QueueMetrics:
                 operations.prune_queue_stats(connection, KEEP_SECONDS)
         except DatabaseError as error:
             logger.warning("could not record queue statistics (dropped): %s", error)
+            return 0
+        return len(counts)

@@ -312,7 +312,9 @@ class QueueStat(models.Model):
     minute = models.DateTimeField(help_text="Start of the minute (database clock).")
     succeeded = models.IntegerField(default=0)
     retried = models.IntegerField(default=0, help_text="Failed attempts that will be retried.")
-    dead = models.IntegerField(default=0, help_text="Jobs moved to the dead letters by a worker.")
+    dead_lettered = models.IntegerField(
+        default=0, help_text="Jobs moved to the dead letters by a worker."
+    )
     wait_buckets = IntegerArrayField(
         default=list,
         help_text="Claims per wait-time bucket (``metrics.WAIT_BUCKET_BOUNDS``); wait is the "
@@ -329,3 +331,14 @@ class QueueStat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue} @ {self.minute:%Y-%m-%d %H:%M}"
+
+
+class Dashboard(Job):
+    """No rows of its own: the admin's "Dashboard" entry, so that the admin index, the app's
+    page and the navigation sidebar link to the dashboard. Seeing it takes the permission to
+    see jobs (``view_job``); it has no permissions of its own."""
+
+    class Meta:
+        proxy = True
+        verbose_name = verbose_name_plural = "dashboard"
+        default_permissions = ()

@@ -1,7 +1,9 @@
 """The database contract: every change of a job's state, one function per step.
 
 The worker, the admin actions and the test helpers all go through these functions; each runs one
-named statement of ``sql/queries.sql`` (the function shares the statement's name). Functions
+named statement of ``sql/queries.sql`` (the function shares the statement's name), except
+``complete()``, the one way jobs succeed, which picks the completion statement (carrying a claim
+or not) from its arguments and the retention setting. Functions
 that act on a claimed job are fenced: they take the claim token and do nothing when the job is no
 longer held under that token (its lease expired and it was rescued, maybe claimed again), so a
 worker that lost its lease can never complete or fail a job someone else now holds.
@@ -14,7 +16,6 @@ docs/explanation/claim.md). Fencing: docs/explanation/leases.md.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from datetime import timezone as dt_timezone
@@ -24,7 +25,9 @@ from django.db import IntegrityError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from . import db
-from .claims import ClaimedJob, ClaimPlan
+from .claims import Claim, ClaimedJob
+from .claims import ClaimBuilder as ClaimBuilder  # the claim's values, used through this module
+from .claims import ClaimPlan as ClaimPlan
 from .conf import get_config
 from .validation import check_queue
 
@@ -37,37 +40,15 @@ UNIQUE_KEY_IN_FLIGHT = "pgjobs_job_unique_key_in_flight"
 # -- claiming and finishing ---------------------------------------------------------------------
 
 
-def claim_jobs(
-    connection: Connection,
-    *,
-    limit: int,
-    worker: str,
-    queues: Sequence[str] | None,
-    lease_seconds: float,
-    skip_names: Sequence[str] | None = None,
-) -> list[ClaimedJob]:
-    """Claim up to ``limit`` due jobs of ``queues`` (all queues when None), skipping paused
-    queues and jobs named in ``skip_names``; every job claimed counts as started."""
-    return complete_and_claim_jobs(
-        connection,
-        [],
-        limit=limit,
-        worker=worker,
-        queues=queues,
-        lease_seconds=lease_seconds,
-        skip_names=skip_names,
-    )[1]
-
-
 def _from_epoch(seconds: float) -> datetime:
     return db.as_django_reads(datetime.fromtimestamp(seconds, dt_timezone.utc))
 
 
-def _claimed(row: dict[str, Any], token: uuid.UUID, lease_seconds: float) -> ClaimedJob:
+def _claimed(row: dict[str, Any], claim: Claim) -> ClaimedJob:
     """A row of the claim statements (times as epoch seconds, no token) as a ``ClaimedJob``."""
     row["run_after"] = _from_epoch(row["run_after"])
     row["created_at"] = _from_epoch(row["created_at"])
-    return ClaimedJob(**row, claim_token=token, lease_seconds=lease_seconds)
+    return ClaimedJob(**row, claim_token=claim.token, lease_seconds=claim.lease_seconds)
 
 
 def _pairs(jobs: Iterable[ClaimedJob]) -> dict[str, list[Any]]:
@@ -75,77 +56,63 @@ def _pairs(jobs: Iterable[ClaimedJob]) -> dict[str, list[Any]]:
     return {"ids": [j.id for j in jobs], "tokens": [j.claim_token for j in jobs]}
 
 
-def complete_jobs(connection: Connection, jobs: Sequence[ClaimedJob]) -> set[int]:
-    """Finish successful jobs (deleted, or kept as ``successful`` with retention on).
-
-    Returns the ids actually completed; a missing id was no longer held under its token.
-    """
-    if not jobs:
-        return set()
-    retain = get_config().KEEP_SUCCEEDED_SECONDS > 0
-    name = "complete_jobs_retained" if retain else "complete_jobs"
-    return set(db.ids_of(db.execute(connection, name, _pairs(jobs))))
+class Completed(NamedTuple):
+    ids: set[int]  # the jobs completed; a missing id was no longer held under its token
+    claimed: list[ClaimedJob]  # the jobs the claim carrying the completion took
 
 
-def complete_jobs_with_results(
-    connection: Connection, jobs: Sequence[ClaimedJob], results: Sequence[str]
-) -> set[int]:
-    """Finish successful jobs that keep their result: ``successful`` with ``results`` (their
-    return values as JSON texts, in the order of ``jobs``). Fenced like ``complete_jobs``."""
-    if not jobs:
-        return set()
-    params = {**_pairs(jobs), "results": list(results)}
-    return set(db.ids_of(db.execute(connection, "complete_jobs_with_results", params)))
-
-
-def complete_and_claim_jobs(
+def complete(
     connection: Connection,
-    done: Sequence[ClaimedJob],
+    jobs: Sequence[ClaimedJob] = (),
     *,
-    limit: int | None = None,
-    plan: ClaimPlan | None = None,
-    worker: str,
-    queues: Sequence[str] | None,
-    lease_seconds: float,
-    skip_names: Sequence[str] | None = None,
-    prepared: bool = False,
-) -> tuple[set[int], list[ClaimedJob]]:
-    """``complete_jobs(done)`` and ``claim_jobs(limit=...)`` in one statement (one round trip).
+    results: Sequence[str] | None = None,
+    claim: Claim | None = None,
+) -> Completed:
+    """Finish successful jobs, fenced by their claim token: the one way a job succeeds.
 
-    Returns ``(completed ids, claimed jobs)`` as those two do. ``plan`` says how many of each
-    kind to claim and how many start at once (``limit``: that many, all started). Nothing to acknowledge: the claim alone (less to
-    plan), with ``prepared`` through ``db.execute_prepared_replanned``.
+    ``jobs`` are deleted, or kept as ``successful`` while ``KEEP_SUCCEEDED_SECONDS`` is on.
+    ``results``: jobs that keep their result (``keep_result``) are kept as ``successful`` with
+    their return values (JSON texts, in the order of ``jobs``). Runs in the caller's transaction
+    when it has one: an atomic job completes in its own.
+
+    ``claim`` (``ClaimBuilder.claim``): the same statement also claims, one round trip for both
+    (the worker's hot path); ``claimed`` holds the jobs it took. With no jobs, the claim alone,
+    prepared when the claim says so.
     """
-    if done:
-        params = _pairs(done)
-        retain = get_config().KEEP_SUCCEEDED_SECONDS > 0
-        name = "complete_retained_and_claim_jobs" if retain else "complete_and_claim_jobs"
+    if not jobs:
+        if claim is None:
+            return Completed(set(), [])
+        execute = db.execute_prepared_replanned if claim.prepared else db.execute
+        rows = execute(connection, "claim_jobs", claim.params)
+        return Completed(set(), [_claimed(row, claim) for row in rows])
+    if results is not None:
+        name = "complete_with_results_and_claim_jobs" if claim else "complete_jobs_with_results"
+    elif get_config().KEEP_SUCCEEDED_SECONDS > 0:
+        name = "complete_retained_and_claim_jobs" if claim else "complete_jobs_retained"
     else:
-        params = {}
-        name = "claim_jobs"
-    params.update((plan or ClaimPlan.all_start(limit)).params())
-    params.update(
-        {
-            "worker": worker,
-            "all_queues": queues is None,
-            "queues": list(queues or []),
-            "any_name": not skip_names,
-            "skip_names": list(skip_names or []),
-            "lease_seconds": float(lease_seconds),
-            "token": uuid.uuid4(),
-        }
-    )
-    execute = db.execute_prepared_replanned if prepared and not done else db.execute
-    rows = execute(connection, name, params)
+        name = "complete_and_claim_jobs" if claim else "complete_jobs"
+    params = _done(jobs, results)
+    if claim is None:
+        return Completed(set(db.ids_of(db.execute(connection, name, params))), [])
     completed: set[int] = set()
     claimed = []
-    for row in rows:
-        acknowledged = row.pop("completed", None)
-        if row["id"] is None:  # the one row that carries the acknowledged ids
+    for row in db.execute(connection, name, {**claim.params, **params}):
+        acknowledged = row.pop("completed")
+        if row["id"] is None:  # the one row that carries the completed ids
             completed.update(acknowledged)
         else:
-            claimed.append(_claimed(row, params["token"], lease_seconds))
-    return completed, claimed
+            claimed.append(_claimed(row, claim))
+    return Completed(completed, claimed)
+
+
+def _done(jobs: Sequence[ClaimedJob], results: Sequence[str] | None) -> dict[str, list[Any]]:
+    """The parameters of the jobs to complete (and their results)."""
+    params = _pairs(jobs)
+    if results is not None:
+        if len(results) != len(params["ids"]):
+            raise ValueError(f"{len(params['ids'])} jobs to complete, {len(results)} results")
+        params["results"] = list(results)
+    return params
 
 
 def retry_job(
@@ -212,6 +179,15 @@ def release_jobs(connection: Connection, jobs: Sequence[ClaimedJob]) -> set[int]
     return set(db.ids_of(db.execute(connection, "release_jobs", _pairs(jobs))))
 
 
+def defer_unknown_jobs(
+    connection: Connection, jobs: Sequence[ClaimedJob], *, grace_seconds: float, delay: float
+) -> set[int]:
+    """Hand back, due in ``delay`` seconds with their attempt unspent, the jobs among ``jobs``
+    (names this worker does not know) enqueued less than ``grace_seconds`` ago; their ids."""
+    params = {**_pairs(jobs), "grace_seconds": grace_seconds, "delay": delay}
+    return {row["id"] for row in db.execute(connection, "defer_unknown_jobs", params)}
+
+
 def extend_leases(connection: Connection, jobs: Sequence[ClaimedJob]) -> set[int]:
     """Heartbeat; returns the ids still held (the others were rescued from this worker)."""
     return heartbeat(connection, jobs)[0]
@@ -240,7 +216,7 @@ def rescue(connection: Connection, limit: int = 1000) -> Rescued:
     """Requeue (or dead-letter, when out of attempts) jobs whose lease expired; give back the
     held ones that never started with their attempt unspent."""
     row = db.execute(connection, "rescue_expired", {"limit": limit})[0]
-    return Rescued(row["requeued"], row["buried"], row["returned"])
+    return Rescued(row["requeued"], row["dead_lettered"], row["returned"])
 
 
 def rescue_expired(connection: Connection, limit: int = 1000) -> tuple[int, int]:
@@ -275,6 +251,11 @@ def find_job_result(connection: Connection, job_id: int) -> dict[str, Any] | Non
     return rows[0] if rows else None
 
 
+def queue_names(connection: Connection) -> list[str]:
+    """Every queue with jobs, dead letters, a pause or statistics of the last hour."""
+    return [row["name"] for row in db.execute(connection, "job_queue_names")]
+
+
 def paused_queues(connection: Connection) -> list[str]:
     return [row["name"] for row in db.execute(connection, "paused_queues")]
 
@@ -305,8 +286,10 @@ def register_worker(
     )
 
 
-def touch_worker(connection: Connection, worker_id: str, forget_seconds: float) -> None:
-    db.execute(connection, "touch_worker", {"id": worker_id, "forget_seconds": forget_seconds})
+def touch_worker(connection: Connection, worker_id: str, forget_seconds: float) -> int:
+    """Mark the worker alive; forget the workers silent for ``forget_seconds`` (how many)."""
+    params = {"id": worker_id, "forget_seconds": forget_seconds}
+    return len(db.execute(connection, "touch_worker", params))
 
 
 def unregister_worker(connection: Connection, worker_id: str) -> None:
@@ -409,7 +392,7 @@ def request_abort(connection: Connection, ids: Sequence[int], *, requested_by: s
 def record_queue_stats(connection: Connection, counts: dict[str, Any]) -> None:
     """Add per-queue counts to the current minute of ``pgjobs_stat`` in one upsert.
 
-    ``counts`` maps a queue name to an object with ``succeeded``, ``retried``, ``dead`` and
+    ``counts`` maps a queue name to an object with ``succeeded``, ``retried``, ``dead_lettered`` and
     ``wait_buckets`` (see ``metrics.QueueMetrics``).
     """
     if not counts:
@@ -422,7 +405,7 @@ def record_queue_stats(connection: Connection, counts: dict[str, Any]) -> None:
             "queues": queues,
             "succeeded": [counts[q].succeeded for q in queues],
             "retried": [counts[q].retried for q in queues],
-            "dead": [counts[q].dead for q in queues],
+            "dead_lettered": [counts[q].dead_lettered for q in queues],
             "waits": ["{" + ",".join(map(str, counts[q].wait_buckets)) + "}" for q in queues],
         },
     )

@@ -1,5 +1,9 @@
 """Defining jobs: the ``@job`` decorator, ``JobDefinition`` and the registry of job names.
 
+``<job>.using(...)`` pairs a definition with ``calls.CallOptions`` (``JobWithOptions``); both
+enqueue through ``enqueueing`` (also as Celery spells it: ``celery_calls``), which reads the definition it is given and never imports this
+module.
+
 A worker only ever calls functions found in this registry. Names come from the decorated
 function (``module.qualname``) or from ``@job(name=...)``; a row naming anything else is
 dead-lettered, never imported.
@@ -11,26 +15,25 @@ import dataclasses
 import functools
 import inspect
 import logging
-from collections.abc import Callable
-from datetime import datetime
+from collections.abc import Callable, Iterable
 from importlib import import_module
 from typing import Any
 
 from django.utils.module_loading import autodiscover_modules
 
 from .backoff import RetryPolicy
+from .calls import NO_OPTIONS, CallOptions
+from .celery_calls import CeleryCalls
 from .conf import ConfigError, get_config
+from .installed import require_installed
 from .payload import Undecodable
 from .retries import check_exception_classes
 from .validation import (
-    check_delay,
     check_max_attempts,
     check_name,
     check_positive_seconds,
     check_priority,
     check_queue,
-    check_run_after,
-    check_unique_key,
 )
 
 logger = logging.getLogger("django_pgjobs")
@@ -109,8 +112,10 @@ def check_ran(result: Any, name: str) -> Any:
 
 
 @dataclasses.dataclass(frozen=True)
-class JobDefinition:
-    """A registered job function and its defaults. Calling it calls the function directly."""
+class JobDefinition(CeleryCalls):
+    """A registered job function and its defaults. Calling it calls the function directly;
+    ``delay()`` and ``apply_async()`` are Celery's spellings of ``enqueue()`` and
+    ``using(...).enqueue()`` (``celery_calls``)."""
 
     func: Callable[..., Any]
     name: str
@@ -125,11 +130,6 @@ class JobDefinition:
     retry_on: tuple[type[BaseException], ...] | None = None
     discard_on: tuple[type[BaseException], ...] = ()
     timeout: float | None = None
-    # per-call options set by .using(); not part of the registered definition
-    run_after: datetime | None = None
-    delay: float | None = None
-    fixed_unique_key: str | None = None
-    call_timeout: float | None = None  # stored on the job row (its timeout column)
     # the django.tasks backend alias of a task (``task_rows.TaskDefinition``); "" for @job
     task_backend: str = ""
 
@@ -150,20 +150,12 @@ class JobDefinition:
                 "writes and its completion cannot commit together. Drop atomic=True, or make it "
                 "a plain def job."
             )
-        for option in ("timeout", "call_timeout"):
-            if getattr(self, option) is not None:
-                check_positive_seconds("timeout", getattr(self, option))
+        if self.timeout is not None:
+            check_positive_seconds("timeout", self.timeout)
         if self.retry is not None and not isinstance(self.retry, RetryPolicy):
             raise ValueError("retry must be a django_pgjobs.RetryPolicy")
         if self.unique_key is not None and not callable(self.unique_key):
             raise ValueError("unique_key of @job must be a callable taking the job's arguments")
-        if self.delay is not None:
-            check_delay(self.delay)
-        if self.run_after is not None:
-            check_run_after(self.run_after)
-        if self.delay is not None and self.run_after is not None:
-            raise ValueError("give either delay or run_after, not both")
-        check_unique_key(self.fixed_unique_key)
         check_name(self.name)
         if not isinstance(self.keep_result, bool):
             raise ValueError(f"keep_result must be True or False, not {self.keep_result!r}")
@@ -202,11 +194,9 @@ class JobDefinition:
         return get_config().DEFAULT_ATOMIC if self.atomic is None else self.atomic
 
     def get_timeout(self) -> float | None:
-        """Seconds a call may run: ``.using(timeout=...)``, else ``@job(timeout=...)``, else
-        ``PGJOBS["DEFAULT_TIMEOUT_SECONDS"]``; None: no limit. (A worker reads the per-call
-        value from the job's row.)"""
-        if self.call_timeout is not None:
-            return self.call_timeout
+        """Seconds a call may run: ``@job(timeout=...)``, else
+        ``PGJOBS["DEFAULT_TIMEOUT_SECONDS"]``; None: no limit. (A worker reads a per-call
+        ``.using(timeout=...)`` from the job's row first.)"""
         if self.timeout is not None:
             return self.timeout
         return get_config().DEFAULT_TIMEOUT_SECONDS
@@ -217,48 +207,19 @@ class JobDefinition:
     def get_retry(self) -> RetryPolicy:
         return self.retry or RetryPolicy.from_settings()
 
-    def using(
-        self,
-        *,
-        queue: str | None = None,
-        priority: int | None = None,
-        run_after: datetime | None = None,
-        delay: float | None = None,
-        unique_key: str | None = None,
-        max_attempts: int | None = None,
-        keep_result: bool | None = None,
-        timeout: float | None = None,
-    ) -> JobDefinition:
-        """A copy with per-call options (the ``django.tasks`` idiom)."""
-        given = {  # field of the copy: option (None: not given, keep the definition's)
-            "keep_result": keep_result,
-            "call_timeout": timeout,
-            "queue": queue,
-            "priority": priority,
-            "max_attempts": max_attempts,
-            "fixed_unique_key": unique_key,
-        }
-        changes: dict[str, Any] = {f: v for f, v in given.items() if v is not None}
-        if run_after is not None:
-            changes["run_after"] = run_after
-            changes["delay"] = None
-        if delay is not None:
-            changes["delay"] = delay
-            changes["run_after"] = None
-        return dataclasses.replace(self, **changes)
+    def using(self, **options: Any) -> JobWithOptions:
+        """This job with per-call options (the ``django.tasks`` idiom): ``queue``, ``priority``,
+        ``run_after``, ``delay``, ``unique_key``, ``max_attempts``, ``keep_result``,
+        ``timeout`` (see ``CallOptions``)."""
+        return JobWithOptions(self, CallOptions(**options))
 
     def enqueue(self, *args: Any, **kwargs: Any):
         """Insert one job on the jobs database's connection; returns the saved ``Job``."""
-        # imported here: job modules may load before the app registry, enqueueing needs models
-        from .enqueueing import enqueue_definition
+        return _enqueue(self, NO_OPTIONS, args, kwargs)
 
-        return enqueue_definition(self, args, kwargs)
-
-    def enqueue_many(self, calls):
+    def enqueue_many(self, calls: Iterable[Any]):
         """Insert one job per ``(args, kwargs)`` pair (or ``args`` tuple) in one statement."""
-        from .enqueueing import enqueue_many
-
-        return enqueue_many(self, calls)
+        return _enqueue_many(self, NO_OPTIONS, calls)
 
     def check_arguments(self, args: Any, kwargs: Any) -> None:
         """Raise ``TypeError`` when ``args``/``kwargs`` cannot be passed to the function."""
@@ -283,6 +244,59 @@ class JobDefinition:
     @functools.cached_property
     def _fitting_shapes(self) -> set[tuple[int, frozenset[str]]]:
         return set()
+
+
+@dataclasses.dataclass(frozen=True)
+class JobWithOptions(CeleryCalls):
+    """What ``<job>.using(...)`` returns: the job with options for the calls made through it.
+    Calling it calls the function directly; ``delay()`` and ``apply_async()`` enqueue with these
+    options (``apply_async``'s own go on top)."""
+
+    definition: JobDefinition
+    options: CallOptions
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.definition.func(*args, **kwargs)
+
+    def using(self, **options: Any) -> JobWithOptions:
+        """These options with more on top (see ``CallOptions.then``)."""
+        return JobWithOptions(self.definition, self.options.then(CallOptions(**options)))
+
+    def get_timeout(self) -> float | None:
+        """Seconds a call may run: ``.using(timeout=...)``, else the job's."""
+        if self.options.timeout is not None:
+            return self.options.timeout
+        return self.definition.get_timeout()
+
+    def enqueue(self, *args: Any, **kwargs: Any):
+        """Insert one job with these options; returns the saved ``Job``."""
+        return _enqueue(self.definition, self.options, args, kwargs)
+
+    def enqueue_many(self, calls: Iterable[Any]):
+        """Insert one job per call with these options, in one statement."""
+        return _enqueue_many(self.definition, self.options, calls)
+
+
+# enqueueing is imported when called: job modules may load before the app registry, and
+# enqueueing needs the models.
+
+
+def _enqueue(definition: JobDefinition, options: CallOptions, args: tuple, kwargs: dict):
+    require_installed(f"enqueueing {definition.name}")
+    from .enqueueing import enqueue_call
+
+    return enqueue_call(definition, options, args, kwargs)
+
+
+def _enqueue_many(definition: JobDefinition, options: CallOptions, calls: Iterable[Any]):
+    require_installed(f"enqueueing {definition.name}")
+    from .enqueueing import enqueue_many
+
+    return enqueue_many(definition, options, calls)
 
 
 def job(
@@ -320,12 +334,8 @@ def job(
             raise TypeError("@job applied twice")
         if not callable(f):
             raise TypeError(f"@job needs a function, not {type(f).__name__}")
-        job_name = name or f"{f.__module__}.{f.__qualname__}"
-        if "<locals>" in job_name and name is None:
-            raise ValueError(
-                f"{job_name}: jobs must be module-level functions (or pass name=...) so a worker "
-                "can find them"
-            )
+        job_name = name or _module_level_name(f)
+        require_installed(f"@job {job_name}")
         check_runs_when_called(f, job_name)
         definition = JobDefinition(
             func=f,
@@ -342,17 +352,42 @@ def job(
             discard_on=discard_on,
             timeout=timeout,
         )
-        existing = _REGISTRY.get(job_name)
-        if existing is not None and not _same_function(existing.func, f):
-            raise JobAlreadyRegistered(
-                f"job name {job_name!r} is already registered to {existing.func!r}"
-            )
-        _REGISTRY[job_name] = definition
+        _add(definition)
         return definition
 
     if func is not None:
         return register(func)
     return register
+
+
+def queues_in_use(connection) -> set[str]:
+    """Every queue a registered job uses, or a job, dead letter, pause or recent statistic
+    names: what a worker's ``--queue`` or a worker row is checked against."""
+    from .operations import queue_names
+
+    return {definition.get_queue() for definition in registered().values()} | set(
+        queue_names(connection)
+    )
+
+
+def _module_level_name(f: Callable[..., Any]) -> str:
+    """``module.qualname`` of a function a worker can find; ``ValueError`` otherwise."""
+    job_name = f"{f.__module__}.{f.__qualname__}"
+    if "<locals>" in job_name:
+        raise ValueError(
+            f"{job_name}: jobs must be module-level functions (or pass name=...) so a worker "
+            "can find them"
+        )
+    return job_name
+
+
+def _add(definition: JobDefinition) -> None:
+    existing = _REGISTRY.get(definition.name)
+    if existing is not None and not _same_function(existing.func, definition.func):
+        raise JobAlreadyRegistered(
+            f"job name {definition.name!r} is already registered to {existing.func!r}"
+        )
+    _REGISTRY[definition.name] = definition
 
 
 def _same_function(a: Callable[..., Any], b: Callable[..., Any]) -> bool:
@@ -374,8 +409,12 @@ def get(name: str) -> JobDefinition:
         ) from None
 
 
-def resolve(job_or_name: JobDefinition | str | Callable[..., Any]) -> JobDefinition:
-    if isinstance(job_or_name, JobDefinition):
+def resolve(
+    job_or_name: JobDefinition | JobWithOptions | str | Callable[..., Any],
+) -> JobDefinition | JobWithOptions:
+    """A job given by its definition (as ``@job`` returned it, or with ``.using()`` options) or
+    by its registered name."""
+    if isinstance(job_or_name, (JobDefinition, JobWithOptions)):
         return job_or_name
     if isinstance(job_or_name, str):
         return get(job_or_name)

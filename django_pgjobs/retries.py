@@ -20,6 +20,8 @@ class Retry(Exception):  # noqa: N818 - named for what the handler asks, like Ce
     ``timedelta``; None: the job's backoff). Spends the attempt; on the last attempt the job is
     dead-lettered with a reason saying so. ``reason`` is recorded in the job's error history."""
 
+    stored_error_type = "django_pgjobs.Retry"
+
     def __init__(self, after: float | timedelta | None = None, *, reason: str = "") -> None:
         self.after = check_retry_after(after)
         self.reason = str(reason)
@@ -36,9 +38,7 @@ class Discard(Exception):  # noqa: N818 - the verb a handler means
     """Raised by a handler: do not retry; the job is dead-lettered at once with this message as
     its reason (its error history is kept)."""
 
-
-# Stored error types name the public module: django_pgjobs.Retry, django_pgjobs.Discard.
-Retry.__module__ = Discard.__module__ = "django_pgjobs"
+    stored_error_type = "django_pgjobs.Discard"
 
 
 def check_retry_after(after: float | timedelta | None) -> float | None:

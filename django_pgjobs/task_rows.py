@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from . import taskframework as tf
 from .context import current_job
+from .errors import stored_type
 from .payload import ResultNotJSON, dump_result
 from .registry import JobDefinition
 
@@ -75,7 +76,7 @@ class TaskDefinition(JobDefinition):
 def task_error(error: BaseException) -> Any:
     kind = type(error)
     return tf.TaskError(
-        exception_class_path=f"{kind.__module__}.{kind.__qualname__}",
+        exception_class_path=stored_type(kind),
         traceback="".join(format_exception(kind, error, error.__traceback__)),
     )
 

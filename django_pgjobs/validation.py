@@ -70,14 +70,27 @@ def check_positive_seconds(option: str, value: Any) -> float:
     return float(value)
 
 
-def check_delay(delay: Any) -> float:
-    if isinstance(delay, bool) or not isinstance(delay, (int, float)):
-        raise ValueError(f"delay must be a number of seconds, not {type(delay).__name__}")
-    if not 0 <= delay <= MAX_SECONDS:  # also refuses NaN
+def check_count(option: str, value: Any, low: int) -> int:
+    """A worker's count option (``concurrency``, ``batch_size``, ``prefetch``...)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{option} must be an int >= {low}, not {value!r}")
+    return value
+
+
+def check_seconds(option: str, value: Any) -> float:
+    """A number of seconds from 0 to ``MAX_SECONDS``: a delay, a worker's shutdown grace."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{option} must be a number of seconds, not {type(value).__name__}")
+    if not 0 <= value <= MAX_SECONDS:  # also refuses NaN
         raise ValueError(
-            f"delay must be a number of seconds from 0 to {MAX_SECONDS:,} (10 years), not {delay!r}"
+            f"{option} must be a number of seconds from 0 to {MAX_SECONDS:,} (10 years), "
+            f"not {value!r}"
         )
-    return float(delay)
+    return float(value)
+
+
+def check_delay(delay: Any) -> float:
+    return check_seconds("delay", delay)
 
 
 def check_run_after(run_after: Any) -> datetime:

@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
+import django
+
 from testproject import throwaway_pg
 
 BASE_DIR = Path(__file__).resolve().parent
@@ -96,6 +98,12 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 USE_TZ = os.environ.get("DJANGO_USE_TZ", "1") == "1"
 TIME_ZONE = os.environ.get("DJANGO_TIME_ZONE", "UTC")
 STATIC_URL = "static/"
+# The jobs of the demo and of the how-to examples send mail: kept in memory, never sent.
+# (Django 6.1 configures mail with MAILERS and deprecates EMAIL_BACKEND.)
+if django.VERSION >= (6, 1):
+    MAILERS = {"default": {"BACKEND": "django.core.mail.backends.locmem.EmailBackend"}}
+else:
+    EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
 
 PGJOBS = {
     "DATABASE": JOBS_ALIAS,
@@ -105,6 +113,10 @@ PGJOBS = {
     "RESCUE_INTERVAL_SECONDS": float(os.environ.get("PGJOBS_RESCUE_INTERVAL_SECONDS", "15")),
     "REDACT_KEYS": ["password", "token"],
     "MAX_STUCK_THREADS": int(os.environ.get("PGJOBS_MAX_STUCK_THREADS", "4")),
+    # Forged and unknown rows dead-lettered at once, as the security tests expect; the default
+    # (600 s) and the rolling deploys it serves: tests/test_rolling_deploys.py.
+    "UNKNOWN_JOB_GRACE_SECONDS": float(os.environ.get("PGJOBS_UNKNOWN_JOB_GRACE_SECONDS", "0")),
+    "RELEASE": os.environ.get("PGJOBS_TEST_RELEASE", ""),
     # The examples of docs/howto/handlers.md, one module per section.
     "JOB_MODULES": [
         "testproject.handlers.basics",
@@ -113,6 +125,8 @@ PGJOBS = {
         "testproject.handlers.results",
         "testproject.handlers.retries",
         "testproject.handlers.aborting",
+        # and of docs/howto/from-celery.md
+        "testproject.handlers.from_celery",
         # tests of start-up imports add their own (tests/test_task_imports.py)
         *os.environ.get("PGJOBS_TEST_JOB_MODULES", "").split(),
     ],

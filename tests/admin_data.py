@@ -4,11 +4,14 @@ test and the screenshots."""
 from __future__ import annotations
 
 import random
+import re
 from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.contrib.messages import get_messages
 from django.utils import timezone
+from django.utils.html import strip_tags
 
 from django_pgjobs.metrics import WAIT_BUCKET_BOUNDS
 from django_pgjobs.models import DeadLetter, Job, QueueStat, QueueState, Worker
@@ -217,9 +220,27 @@ def seed(rng: random.Random | None = None) -> dict:
                     minute=minute - timedelta(minutes=back),
                     succeeded=done,
                     retried=rng.randint(0, 2) if queue == "payments" else 0,
-                    dead=1 if (queue == "default" and back % 17 == 0) else 0,
+                    dead_lettered=1 if (queue == "default" and back % 17 == 0) else 0,
                     wait_buckets=buckets,
                 )
             )
     QueueStat.objects.bulk_create(stats)
     return rows
+
+
+#: The ids an action's message names ("Requeued 2 jobs: #4, #5 (list them)."): ``said`` leaves
+#: them out, for the tests that check the rest of the sentence.
+TOUCHED_IDS = re.compile(
+    r": #\d+(?:, #\d+)*(?: and [\d,]+ more)?(?: \(list (?:them|the first [\d,]+)\))?(?=\.)"
+)
+
+
+def messages_text(response) -> list[str]:
+    """The messages stored so far (a redirect that was not followed leaves them for the next
+    page), as plain text."""
+    return [strip_tags(str(message)) for message in get_messages(response.wsgi_request)]
+
+
+def said(response) -> list[str]:
+    """``messages_text`` without the ids an action names: "Requeued 2 jobs." """
+    return [TOUCHED_IDS.sub("", text) for text in messages_text(response)]

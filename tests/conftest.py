@@ -23,16 +23,19 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import flush
 import psycopg
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
 from helpers import MANAGE, ROOT, WorkerProcess, database_url_for_tests
 
 from testproject import throwaway_pg
 
-# The admin's users (superuser, staff_no_perms, viewer): fixtures for every test module.
-pytest_plugins = ["admin_data"]
+# The admin's users (superuser, staff_no_perms, viewer) and the browser (browser_page): fixtures
+# for every test module.
+pytest_plugins = ["admin_data", "browser_support"]
 
 # The directory of the locks that let a test run alone (pytest_runtest_protocol below), made by
 # the controller and shared by its worker processes.
@@ -62,6 +65,11 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 
 def pytest_configure(config) -> None:
+    # after each transactional test, only the tables it wrote to are emptied (tests/flush.py)
+    flush.install()
+    # The admin tests create users (admin_data.py): a password hashed with Django's default
+    # PBKDF2 costs a quarter of a second of CPU, this one none; logging in works the same.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     if not hasattr(config, "workerinput"):  # the controller (or a serial run): before workers
         # beside the throwaway server's data, so that its watcher deletes them with it when the
         # run is killed

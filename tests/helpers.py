@@ -103,3 +103,33 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 60, interval: flo
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         time.sleep(interval)
+
+
+def wait_for_leases_to_expire(timeout: float = 30) -> None:
+    """Until no running job's lease is in the future, by the database's clock (the one the
+    rescue reads): what a crashed worker's jobs wait for before a rescue takes them."""
+    from django.db.models.functions import Now
+
+    from django_pgjobs.models import Job
+
+    wait_until(
+        lambda: not Job.objects.filter(status="running", lease_expires_at__gte=Now()).exists(),
+        timeout=timeout,
+        interval=0.05,
+    )
+
+
+def wait_until_listening(timeout: float = 60) -> None:
+    """A worker of this test's database is in LISTEN (its listener's last statement): what is
+    notified from now on reaches it, not only its next heartbeat."""
+    from django.db import connection
+
+    def listening() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND query = 'LISTEN pgjobs'"
+            )
+            return cursor.fetchone()[0] > 0
+
+    wait_until(listening, timeout=timeout)

@@ -8,8 +8,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from admin_data import job, make_user
-from django.contrib.messages import get_messages
+from admin_data import job, make_user, said
 from django.db import transaction
 from django.test import Client
 from django.urls import reverse
@@ -18,6 +17,7 @@ from helpers import run_worker
 
 from django_pgjobs import Aborted, abort, operations
 from django_pgjobs.db import jobs_connection
+from django_pgjobs.errors import stored_type
 from django_pgjobs.models import DeadLetter, Job
 from testproject.demo.models import Execution
 
@@ -92,7 +92,7 @@ def test_a_job_handed_back_after_its_abort_was_requested_never_starts():
 
 
 def test_a_job_that_raises_aborted_itself_is_not_retried():
-    assert issubclass(Aborted, Exception) and Aborted.__module__ == "django_pgjobs"
+    assert issubclass(Aborted, Exception) and stored_type(Aborted) == "django_pgjobs.Aborted"
     held = running(max_attempts=5)
     claimed = operations.ClaimedJob(
         id=held.pk,
@@ -143,9 +143,10 @@ def test_admin_abort_is_offered_for_running_jobs_and_acts_on_them_only(superuser
     assert 'value="abort"' in page
     assert 'value="abort"' not in client.get(JOBS + "?view=due").content.decode()
     response = client.post(
-        JOBS, {"action": "abort", "_selected_action": [busy.pk, due.pk], "index": 0}
+        JOBS,
+        {"action": "abort", "_selected_action": [busy.pk, due.pk], "index": 0, "post": "yes"},
     )
-    assert [str(m) for m in get_messages(response.wsgi_request)] == [
+    assert said(response) == [
         "Abort requested for 1 running job. 1 selected job was left alone "
         "(only running jobs qualify)."
     ]
@@ -157,12 +158,12 @@ def test_admin_abort_is_offered_for_running_jobs_and_acts_on_them_only(superuser
     other = running()
     act = reverse("admin:django_pgjobs_job_act", args=[other.pk, "abort"])
     assert client.get(act).status_code == 405  # a change is a POST
-    response = client.post(act)
-    assert [str(m) for m in get_messages(response.wsgi_request)] == [
-        "Abort requested for 1 running job."
-    ]
-    refused = client.post(reverse("admin:django_pgjobs_job_act", args=[due.pk, "abort"]))
-    assert "is not possible" in [str(m) for m in get_messages(refused.wsgi_request)][-1]
+    response = client.post(act, {"confirmed": "yes"})
+    assert said(response) == ["Abort requested for 1 running job."]
+    refused = client.post(
+        reverse("admin:django_pgjobs_job_act", args=[due.pk, "abort"]), {"confirmed": "yes"}
+    )
+    assert "is not possible" in said(refused)[-1]
 
 
 def test_admin_abort_needs_the_change_permission():
@@ -170,13 +171,13 @@ def test_admin_abort_needs_the_change_permission():
     act = reverse("admin:django_pgjobs_job_act", args=[busy.pk, "abort"])
     viewer = Client()
     viewer.force_login(make_user("viewer", perms=("view_job",)))
-    assert viewer.post(act).status_code == 403
-    bulk = {"action": "abort", "_selected_action": [busy.pk], "index": 0}
+    assert viewer.post(act, {"confirmed": "yes"}).status_code == 403
+    bulk = {"action": "abort", "_selected_action": [busy.pk], "index": 0, "post": "yes"}
     viewer.post(JOBS, bulk)
     assert Job.objects.get(pk=busy.pk).abort_requested_at is None
     operator = Client()
     operator.force_login(make_user("operator", perms=("view_job", "change_job")))
-    assert operator.post(act).status_code == 302
+    assert operator.post(act, {"confirmed": "yes"}).status_code == 302
     assert Job.objects.get(pk=busy.pk).abort_requested_by == "admin user 'operator'"
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from admin_data import dead_letter, job
-from django.contrib.messages import get_messages
+from admin_data import dead_letter, job, said
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -27,13 +26,15 @@ def later(**delta):
 
 
 def messages_of(response) -> list[str]:
-    """Messages stored so far (a redirect that was not followed leaves them for the next page)."""
-    return [str(m) for m in get_messages(response.wsgi_request)]
+    return said(response)
 
 
 def bulk(client, url, action, ids, **extra):
     return client.post(
-        url, {"action": action, "_selected_action": [str(i) for i in ids], "index": 0, **extra}
+        url,
+        # post: the answer of the confirmation page of the actions that ask first
+        {"action": action, "_selected_action": [str(i) for i in ids], "index": 0, "post": "yes"}
+        | extra,
     )
 
 
@@ -93,7 +94,7 @@ def test_single_job_actions(admin_client):
     admin_client.post(job_act(retrying.pk, "retry_now"))
     assert Job.objects.get(pk=retrying.pk).run_after <= timezone.now()
 
-    response = admin_client.post(job_act(retrying.pk, "cancel"))
+    response = admin_client.post(job_act(retrying.pk, "cancel"), {"confirmed": "yes"})
     assert response["Location"] == JOBS
     assert not Job.objects.filter(pk=retrying.pk).exists()
 
@@ -103,7 +104,7 @@ def test_single_job_action_refused_where_not_valid(admin_client):
     due = job()
     before = list(Job.objects.order_by("pk").values())
     for pk, action in ((running.pk, "run_now"), (running.pk, "cancel"), (due.pk, "retry_now")):
-        response = admin_client.post(job_act(pk, action))
+        response = admin_client.post(job_act(pk, action), {"confirmed": "yes"})
         assert response.status_code == 302
         assert "is not possible" in messages_of(response)[0]
     assert list(Job.objects.order_by("pk").values()) == before
@@ -126,7 +127,7 @@ def test_requeue_single_opens_the_new_job(admin_client):
     response = admin_client.post(dead_act(dead.pk, "requeue"))
     new = Job.objects.get()
     assert response["Location"] == reverse("admin:django_pgjobs_job_change", args=[new.pk])
-    assert messages_of(response) == [f"Requeued 1 job: job #{new.pk}."]
+    assert messages_of(response) == ["Requeued 1 job."]
     again = admin_client.post(dead_act(dead.pk, "requeue"))
     assert "was left alone" in messages_of(again)[-1]
     assert Job.objects.count() == 1
@@ -177,7 +178,7 @@ def test_delete_dead_letters(admin_client):
     dead = [dead_letter(args=[i]) for i in range(3)]
     response = bulk(admin_client, DEAD, "delete", [d.pk for d in dead[:2]])
     assert messages_of(response) == ["Deleted 2 dead letters."]
-    response = admin_client.post(dead_act(dead[2].pk, "delete"))
+    response = admin_client.post(dead_act(dead[2].pk, "delete"), {"confirmed": "yes"})
     assert messages_of(response)[-1] == "Deleted 1 dead letter."
     assert not DeadLetter.objects.exists() and not Job.objects.exists()
 

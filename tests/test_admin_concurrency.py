@@ -96,11 +96,14 @@ def test_overlapping_bulk_requeues_make_one_job_per_dead_letter(
     assert not DeadLetter.objects.exists()
 
 
+CONFIRMED = {"confirmed": "yes"}  # the answer of the confirmation page of "Delete for good"
+
+
 def test_requeue_racing_delete_does_one_or_the_other(other_connection, superuser):
     dead = dead_letter(args=["either"])
     posts = [
         (reverse("admin:django_pgjobs_deadletter_act", args=[dead.pk, "requeue"]), {}),
-        (reverse("admin:django_pgjobs_deadletter_act", args=[dead.pk, "delete"]), {}),
+        (reverse("admin:django_pgjobs_deadletter_act", args=[dead.pk, "delete"]), CONFIRMED),
     ]
     race(other_connection, superuser, lock_dead_letters([dead.pk]), posts)
     assert not DeadLetter.objects.exists()

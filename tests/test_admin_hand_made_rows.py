@@ -296,7 +296,7 @@ def test_markup_in_every_text_column_is_shown_as_text(admin_client, other_connec
     hand_worker(c, XSS + "2", xss_json, hostname=XSS)
     c.execute("INSERT INTO pgjobs_queue (name, paused, changed_at) VALUES (%s, true, now())", [XSS])
     c.execute(
-        "INSERT INTO pgjobs_stat (queue, minute, succeeded, retried, dead, wait_buckets) "
+        "INSERT INTO pgjobs_stat (queue, minute, succeeded, retried, dead_lettered, wait_buckets) "
         "VALUES (%s, date_trunc('minute', now()), 1, 1, 1, '{1}')",
         [XSS + "3"],
     )

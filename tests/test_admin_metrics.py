@@ -31,7 +31,7 @@ def test_worker_records_successes_retries_dead_and_waits_per_queue():
     for row in QueueStat.objects.all():
         total = stats.setdefault(row.queue, [0, 0, 0, 0])
         for index, value in enumerate(
-            (row.succeeded, row.retried, row.dead, sum(row.wait_buckets))
+            (row.succeeded, row.retried, row.dead_lettered, sum(row.wait_buckets))
         ):
             total[index] += value
     assert set(stats) == {"default", "emails"}
@@ -41,7 +41,7 @@ def test_worker_records_successes_retries_dead_and_waits_per_queue():
 
 
 def test_flushes_are_one_upsert_that_adds_up():
-    counts = {"q": QueueCounts(succeeded=2, retried=1, dead=0)}
+    counts = {"q": QueueCounts(succeeded=2, retried=1, dead_lettered=0)}
     counts["q"].wait_buckets[0] = 3
     operations.record_queue_stats(connection, counts)
     counts["q"].wait_buckets[5] = 1
@@ -75,7 +75,7 @@ def test_percentiles_interpolate_inside_buckets():
 
 
 def record_minutes(queue: str, now, rows) -> None:
-    """``rows``: (minutes before ``now``'s minute, succeeded, retried, dead, {bucket: claims})."""
+    """``rows``: (minutes before ``now``'s minute, succeeded, retried, dead-lettered, {bucket: claims})."""
     minute = now.replace(second=0, microsecond=0)
     for back, succeeded, retried, dead, waits in rows:
         buckets = [0] * (len(metrics.WAIT_BUCKET_BOUNDS) + 1)
@@ -86,7 +86,7 @@ def record_minutes(queue: str, now, rows) -> None:
             minute=minute - timedelta(minutes=back),
             succeeded=succeeded,
             retried=retried,
-            dead=dead,
+            dead_lettered=dead,
             wait_buckets=buckets,
         )
 
@@ -158,3 +158,28 @@ def test_dashboard_shows_a_real_worker_and_what_it_did(start_worker, client, dja
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0
     assert not Worker.objects.exists()  # a stopped worker leaves the registry
+
+
+def test_dashboard_shows_a_worker_waiting_on_a_queue_no_job_has_used(
+    start_worker, client, django_user_model
+):
+    import signal
+
+    from django.urls import reverse
+    from helpers import wait_until
+
+    from django_pgjobs.models import Worker
+
+    admin = django_user_model.objects.create_superuser("root", "root@example.com", "pw")
+    client.force_login(admin)
+    demo.record.using(queue="emails").enqueue("waits in emails")
+    typo = start_worker("--queue", "email", "--queue", "emails")
+    wait_until(lambda: Worker.objects.exists(), timeout=60)
+
+    page = client.get(reverse("admin:django_pgjobs_job_dashboard"))
+
+    (row,) = page.context["workers"]
+    assert row["unused"] == ["email"]
+    assert "no job has used email<" in page.content.decode()
+    typo.signal(signal.SIGTERM)
+    assert typo.wait(30) == 0

@@ -363,8 +363,16 @@ def test_dashboard_counts_dead_letters_up_to_the_cap_and_the_last_hour_exactly(
     response = admin_client.get(DASHBOARD)
     queues = {row["queue"].name: row["queue"] for row in response.context["rows"]}
     imports, exports = queues["imports"], queues["exports"]
-    assert (imports.dead, imports.dead_capped, imports.dead_last_hour) == (3, True, 4)
-    assert (exports.dead, exports.dead_capped, exports.dead_last_hour) == (1, False, 0)
+    assert (
+        imports.dead_letters,
+        imports.dead_letters_capped,
+        imports.dead_letters_last_hour,
+    ) == (3, True, 4)
+    assert (
+        exports.dead_letters,
+        exports.dead_letters_capped,
+        exports.dead_letters_last_hour,
+    ) == (1, False, 0)
     page = text(response)
     assert ">3+</a>" in page.split('id="queue-imports"')[1].split("</tr>")[0]
     assert ">4+</b><span>dead letters" in page  # the total: some queue has more
@@ -414,7 +422,9 @@ def test_every_admin_query_runs_on_the_jobs_database(
             reverse("admin:django_pgjobs_queuestate_changelist"),
         ):
             text(admin_client.get(url))
-        admin_client.post(reverse("admin:django_pgjobs_job_act", args=[keyed.pk, "cancel"]))
+        admin_client.post(
+            reverse("admin:django_pgjobs_job_act", args=[keyed.pk, "cancel"]), {"confirmed": "yes"}
+        )
         admin_client.post(
             JOBS + "?view=scheduled",
             {"action": "run_now", "_selected_action": [rows["scheduled"].pk], "index": 0},

@@ -42,6 +42,11 @@ def pages(w) -> list[str]:
     ]
 
 
+#: The answer of the confirmation page (single rows) or of the list's (bulk) of the actions that
+#: ask first; sent with every change, so a refusal is the permission's, not the question's.
+CONFIRMED = {"confirmed": "yes", "post": "yes"}
+
+
 def single_mutations(w) -> list[str]:
     return [
         reverse("admin:django_pgjobs_job_act", args=[w["scheduled"].pk, "run_now"]),
@@ -59,12 +64,15 @@ def bulk_mutations(w) -> list[tuple[str, dict]]:
     ids = [str(w[k].pk) for k in ("scheduled", "retrying", "due")]
     dead_ids = [str(w["dead"].pk), str(w["dead2"].pk)]
     return [
-        (jobs, {"action": "run_now", "_selected_action": ids}),
-        (jobs, {"action": "retry_now", "_selected_action": ids}),
-        (jobs, {"action": "cancel", "_selected_action": ids}),
-        (dead, {"action": "requeue", "_selected_action": dead_ids}),
-        (dead, {"action": "delete", "_selected_action": dead_ids}),
-        (dead, {"action": "delete_selected", "_selected_action": dead_ids}),  # Django's own
+        (jobs, {"action": "run_now", "_selected_action": ids, **CONFIRMED}),
+        (jobs, {"action": "retry_now", "_selected_action": ids, **CONFIRMED}),
+        (jobs, {"action": "cancel", "_selected_action": ids, **CONFIRMED}),
+        (dead, {"action": "requeue", "_selected_action": dead_ids, **CONFIRMED}),
+        (dead, {"action": "delete", "_selected_action": dead_ids, **CONFIRMED}),
+        (
+            dead,
+            {"action": "delete_selected", "_selected_action": dead_ids, **CONFIRMED},
+        ),  # Django's own
     ]
 
 
@@ -90,7 +98,7 @@ def test_anonymous_is_sent_to_login_and_changes_nothing(world):
         response = client.get(url)
         assert response.status_code == 302 and "/admin/login/" in response["Location"], url
     for url in single_mutations(world):
-        response = client.post(url)
+        response = client.post(url, CONFIRMED)
         assert response.status_code == 302 and "/admin/login/" in response["Location"], url
     for url, data in bulk_mutations(world):
         assert "/admin/login/" in client.post(url, data)["Location"]
@@ -103,7 +111,7 @@ def test_staff_without_permissions_gets_403_and_changes_nothing(world, staff_no_
     for url in pages(world):
         assert client.get(url).status_code == 403, url
     for url in single_mutations(world):
-        assert client.post(url).status_code == 403, url
+        assert client.post(url, CONFIRMED).status_code == 403, url
     for url, data in bulk_mutations(world):
         assert client.post(url, data).status_code == 403, url
     assert state() == before
@@ -127,7 +135,7 @@ def test_view_only_user_can_look_but_every_change_is_refused(world, viewer):
             assert button not in page, (url, button)
         assert response.context.get("action_form") is None, url
     for url in single_mutations(world):
-        assert client.post(url).status_code == 403, url
+        assert client.post(url, CONFIRMED).status_code == 403, url
     for url, data in bulk_mutations(world):
         assert client.post(url, data).status_code in (200, 302), url  # "no action selected"
     assert state() == before
@@ -138,7 +146,7 @@ def test_superuser_may_do_everything(world, superuser):
     for url in pages(world):
         assert client.get(url).status_code == 200, url
     for url in single_mutations(world):
-        assert client.post(url).status_code == 302, url
+        assert client.post(url, CONFIRMED).status_code == 302, url
     assert Job.objects.get(pk=world["scheduled"].pk).view == "due"
     assert Job.objects.get(pk=world["retrying"].pk).run_after <= timezone.now()
     assert not Job.objects.filter(pk=world["due"].pk).exists()
@@ -155,13 +163,17 @@ def test_change_without_delete_allows_run_and_requeue_but_not_cancel_or_delete(w
     client = client_for(operator)
     detail = client.get(reverse("admin:django_pgjobs_job_change", args=[world["scheduled"].pk]))
     assert ">Run now<" in detail.content.decode() and ">Cancel job<" not in detail.content.decode()
-    assert client.post(single_mutations(world)[2]).status_code == 403  # cancel
-    assert client.post(single_mutations(world)[4]).status_code == 403  # delete dead letter
-    assert client.post(single_mutations(world)[5]).status_code == 403  # pause: change_queuestate
+    assert client.post(single_mutations(world)[2], CONFIRMED).status_code == 403  # cancel
+    assert (
+        client.post(single_mutations(world)[4], CONFIRMED).status_code == 403
+    )  # delete dead letter
+    assert (
+        client.post(single_mutations(world)[5], CONFIRMED).status_code == 403
+    )  # pause: change_queuestate
     assert Job.objects.filter(pk=world["due"].pk).exists()
     assert DeadLetter.objects.filter(pk=world["dead2"].pk).exists()
-    assert client.post(single_mutations(world)[0]).status_code == 302  # run now
-    assert client.post(single_mutations(world)[3]).status_code == 302  # requeue
+    assert client.post(single_mutations(world)[0], CONFIRMED).status_code == 302  # run now
+    assert client.post(single_mutations(world)[3], CONFIRMED).status_code == 302  # requeue
     assert Job.objects.get(pk=world["scheduled"].pk).view == "due"
     assert not DeadLetter.objects.filter(pk=world["dead"].pk).exists()
 
@@ -178,7 +190,9 @@ def test_delete_without_change_allows_cancel_only():
     )
     assert Job.objects.get(pk=waiting.pk).view == "scheduled"
     assert (
-        client.post(reverse("admin:django_pgjobs_job_act", args=[waiting.pk, "cancel"])).status_code
+        client.post(
+            reverse("admin:django_pgjobs_job_act", args=[waiting.pk, "cancel"]), CONFIRMED
+        ).status_code
         == 302
     )
     assert not Job.objects.exists()

@@ -1,98 +1,25 @@
 """The admin in a real browser: Playwright driving Debian's headless Chromium.
 
 Logs in, reads the dashboard, filters the jobs list, requeues a dead letter and finds the job
-back in the backlog; pauses a queue named with a "/" and opens a megabyte argument. Needs ``/usr/bin/chromium`` (``apt-get install chromium``) and the
-``browser`` extra (``pip install playwright``); Playwright's own browser download is not used.
-
-``PGJOBS_SCREENSHOTS=1`` also writes the screenshots of the docs to docs/img/. Without Playwright
-or Chromium the test is skipped, unless ``PGJOBS_REQUIRE_BROWSER=1`` (CI): then it fails.
+back in the backlog; pauses a queue named with a "/" and opens a megabyte argument. What the
+browser needs, and when the tests are skipped: ``browser_support``.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import signal
-from pathlib import Path
 
 import pytest
 from admin_data import PASSWORD, seed
-from django.db import connections
+from browser_support import log_in, screenshot, sync_api
 from helpers import wait_until
 
 from django_pgjobs.models import DeadLetter, Job
 from testproject.demo.models import Counter
 from testproject.handlers.aborting import recount
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-SCREENSHOTS = Path(__file__).resolve().parent.parent / "docs" / "img"
-
-try:
-    from playwright import sync_api
-except ImportError:
-    sync_api = None
-
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-def require_browser() -> None:
-    """Skip when Playwright or Chromium is missing; fail instead under PGJOBS_REQUIRE_BROWSER=1."""
-    missing = []
-    if sync_api is None:
-        missing.append("playwright is not installed (pip install -e '.[browser]')")
-    if not os.path.exists(CHROMIUM):
-        missing.append(f"{CHROMIUM} is missing (apt-get install chromium)")
-    if not missing:
-        return
-    if os.environ.get("PGJOBS_REQUIRE_BROWSER") == "1":
-        pytest.fail("PGJOBS_REQUIRE_BROWSER=1 but " + "; ".join(missing), pytrace=False)
-    pytest.skip("; ".join(missing))
-
-
-@pytest.fixture
-def browser_page(monkeypatch):
-    require_browser()
-    # Playwright's sync API runs an event loop in this thread; the ORM calls the test makes
-    # between browser steps are still plain synchronous calls.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1600, "height": 900})
-        page.set_default_timeout(15_000)
-        try:
-            yield page
-        finally:
-            browser.close()
-            # ORM calls made while Playwright's loop runs use a connection of their own
-            # context; close it so the test database can be dropped at the end of the run.
-            connections.close_all()
-
-
-def screenshot(page, name: str, **options) -> None:
-    if os.environ.get("PGJOBS_SCREENSHOTS"):
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SCREENSHOTS / name), **options)
-
-
-def log_in(page, base_url: str, path: str) -> None:
-    """Open ``path`` as "operator": the admin sends an anonymous visitor to its login page."""
-    page.goto(f"{base_url}{path}")
-    sync_api.expect(page).to_have_url(f"{base_url}/admin/login/?next={path}")
-    page.fill("#id_username", "operator")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    # fold the admin's navigation sidebar away: more room for the tables (and the screenshots)
-    page.evaluate("localStorage.setItem('django.admin.navSidebarIsOpen', 'false')")
-    page.reload()
 
 
 def test_triage_in_a_browser(live_server, browser_page, django_user_model):
@@ -136,6 +63,7 @@ def test_triage_in_a_browser(live_server, browser_page, django_user_model):
     screenshot(page, "dead-letter.png", full_page=True)
     page.click("button:has-text('Requeue')")
     expect(page.locator(".messagelist")).to_contain_text("Requeued 1 job")
+    expect(page.locator(".messagelist a", has_text="#")).to_have_count(1)  # the new job's page
     new_job = Job.objects.get(args=dead.args, queue=dead.queue, attempts=0)
     assert not DeadLetter.objects.filter(pk=dead.pk).exists()
     page.goto(f"{live_server.url}/admin/django_pgjobs/job/?view=due&queue={dead.queue}")
@@ -162,7 +90,13 @@ def test_abort_a_running_job_in_a_browser(
     row.locator("input.action-select").check()
     page.select_option("select[name=action]", "abort")
     page.click("button[name=index]")
-    expect(page.locator(".messagelist")).to_contain_text("Abort requested for 1 running job.")
+    # Abort cannot be undone: a page names the job and asks first
+    expect(page.locator("h1")).to_have_text("Abort: 1 job?")
+    expect(page.locator(".pgjobs-confirm-rows")).to_contain_text(f"#{long.pk}")
+    screenshot(page, "confirm-abort.png", full_page=True)
+    page.click("input[type=submit][value='Yes, abort']")
+    expect(page.locator(".messagelist")).to_contain_text("Abort requested for 1 running job")
+    expect(page.locator(".messagelist a", has_text=f"#{long.pk}")).to_have_count(1)
     wait_until(lambda: DeadLetter.objects.filter(job_id=long.pk).exists(), timeout=20)
     page.goto(f"{live_server.url}/admin/django_pgjobs/deadletter/")
     expect(page.locator("#result_list")).to_contain_text("Aborted")

@@ -268,8 +268,11 @@ class ChaosRun:
 
 
 def stop_and_check_survivors(survivors) -> None:
-    """SIGTERM every worker that was never killed: each exits 0 and logged no crash."""
+    """SIGTERM every worker that was never killed: each exits 0 and logged no crash. A worker
+    still starting (Django set up, no signal handler yet) would die of the signal: each is
+    signalled once it has said it started."""
     for worker in survivors:
+        wait_until(lambda w=worker: " started: " in w.output() or w.popen.poll() is not None)
         assert worker.popen.poll() is None, "a worker died by itself:\n" + worker.output()
         worker.signal(signal.SIGTERM)
     for worker in survivors:

@@ -1,9 +1,13 @@
 """The code on the how-to pages is the code the tests run.
 
 A ``python`` block of a page listed here whose first line is a comment naming a file
-(``# testproject/handlers/async_jobs.py``) must appear, line for line after that comment, in that
-file; the tests of that section import and run the file's jobs with real ``runjobs`` processes.
+(``# testproject/handlers/async_jobs.py``, or a test module: ``# tests/test_testing_howto.py``)
+must appear, line for line after that comment, in that file; the tests of that section import and run the file's jobs with real ``runjobs`` processes.
 A page that names no file at all fails too: an example nobody runs is an example that rots.
+
+The Celery guide shows Celery code next to ours, and Celery is not installed here: each of its
+``python`` blocks either names a file the tests run or starts with ``# Celery (before)``, so no
+block of ours can go unrun there by mistake.
 """
 
 from __future__ import annotations
@@ -14,9 +18,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = ["docs/howto/handlers.md", "docs/howto/django-tasks.md"]
+PAGES = [
+    "docs/howto/handlers.md",
+    "docs/howto/django-tasks.md",
+    "docs/howto/from-celery.md",
+    "docs/howto/testing.md",
+]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
-NAMED = re.compile(r"#\s*(testproject/\S+\.py)\s*\n")
+NAMED = re.compile(r"#\s*((?:testproject|tests)/\S+\.py)\s*\n")
+CELERY_GUIDE = "docs/howto/from-celery.md"
+CELERY_CODE = "# Celery (before)\n"
 
 
 def blocks(page: str) -> list[tuple[str, str]]:
@@ -56,3 +67,19 @@ def test_the_harness_notices_an_example_that_differs(tmp_path):
     [(path, code)] = blocks(str(page))  # an absolute path replaces ROOT
     assert path == "testproject/handlers/__init__.py"
     assert not contains(normalised((ROOT / path).read_text()), normalised(code))
+
+
+def test_every_block_of_the_celery_guide_is_run_or_is_celery_code():
+    for block in BLOCK.findall((ROOT / CELERY_GUIDE).read_text()):
+        assert NAMED.match(block) or block.startswith(CELERY_CODE), (
+            f"{CELERY_GUIDE}: a python block neither names a file the tests run nor starts "
+            f"with {CELERY_CODE!r}:\n{block}"
+        )
+
+
+def test_the_celery_guide_lists_every_apply_async_option_refused():
+    from django_pgjobs.celery_calls import REFUSED_OPTIONS
+
+    text = (ROOT / CELERY_GUIDE).read_text()
+    for option in REFUSED_OPTIONS:
+        assert f"| `{option}`" in text or f", `{option}`" in text, option

@@ -65,6 +65,17 @@ def test_using_sets_per_call_options():
     assert record.enqueue("z").queue == "default"
 
 
+def test_options_given_later_win_and_reach_enqueue_by_function():
+    soon = timezone.now() + dt.timedelta(minutes=5)
+    prepared = record.using(queue="reports", delay=3600, keep_result=True)
+    later = prepared.using(priority=5, run_after=soon)  # run_after replaces the delay
+    job = enqueue(later, "x")
+    assert (job.queue, job.priority, job.run_after, job.keep_result) == ("reports", 5, soon, True)
+    (many,) = enqueue_many(later.using(queue="bulk"), [("y",)])
+    assert (many.queue, many.priority, many.run_after) == ("bulk", 5, soon)
+    assert prepared.using(delay=0).enqueue("z").run_after <= timezone.now()  # due at once
+
+
 def test_unique_key_returns_in_flight_job_instead_of_a_duplicate():
     first = record.using(unique_key="report:7").enqueue("a")
     second = record.using(unique_key="report:7").enqueue("b")

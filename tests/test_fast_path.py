@@ -12,17 +12,25 @@ import signal
 import time
 import uuid
 from collections import Counter as Tally
+from importlib import resources
 
 import pytest
 from django.db import DatabaseError, connection, connections, transaction
 from helpers import FAST_LEASES, WorkerProcess, count, insert_jobs, run_worker, wait_until
 
-from django_pgjobs import db, operations
+from django_pgjobs import db, operations, sql
 from django_pgjobs.models import DeadLetter, Job
 from testproject.demo import jobs as demo
 from testproject.demo.models import Counter, Execution
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+#: The statements that complete jobs and claim in one round trip.
+CARRYING_THE_CLAIM = [
+    "complete_and_claim_jobs",
+    "complete_retained_and_claim_jobs",
+    "complete_with_results_and_claim_jobs",
+]
 
 # The backends of one process, told apart by the application_name it connects with.
 BACKENDS = (
@@ -31,10 +39,12 @@ BACKENDS = (
 )
 
 
+def claims(worker="test", prepared=False) -> operations.ClaimBuilder:
+    return operations.ClaimBuilder(worker=worker, queues=None, lease_seconds=60, prepared=prepared)
+
+
 def claim(limit: int, done=()):
-    return operations.complete_and_claim_jobs(
-        connection, list(done), limit=limit, worker="test", queues=None, lease_seconds=60
-    )
+    return operations.complete(connection, list(done), claim=claims().take(limit))
 
 
 def executions_by_label() -> Tally:
@@ -79,15 +89,14 @@ def test_batched_acknowledgement_keeps_rows_when_retention_is_on(settings):
 
 @pytest.mark.alone  # the acknowledgements ride on claims only when executors keep up
 def test_worker_sends_fewer_statements_than_jobs(monkeypatch):
-    calls = Tally()
-    for name in ("complete_and_claim_jobs", "complete_jobs", "claim_jobs"):
-        original = getattr(operations, name)
+    calls = []  # every statement that completes or claims: all go through complete()
+    original = operations.complete
 
-        def counting(*args, _name=name, _original=original, **kwargs):
-            calls[_name] += 1
-            return _original(*args, **kwargs)
+    def counting(*args, **kwargs):
+        calls.append(kwargs.get("claim") is not None)
+        return original(*args, **kwargs)
 
-        monkeypatch.setattr(operations, name, counting)
+    monkeypatch.setattr(operations, "complete", counting)
     labels = [f"batched-{i}" for i in range(300)]
     demo.record.enqueue_many([(label,) for label in labels[:150]])
     demo.record_atomic.enqueue_many([(label,) for label in labels[150:]])
@@ -98,33 +107,55 @@ def test_worker_sends_fewer_statements_than_jobs(monkeypatch):
     assert not Job.objects.exists()
     # Atomic jobs acknowledge themselves (one statement each, in their own transaction); the
     # 150 others share the claim statements.
-    assert calls["claim_jobs"] == 0
-    assert calls["complete_and_claim_jobs"] + calls["complete_jobs"] - 150 < 150 / 5
+    assert len(calls) - 150 < 150 / 5
 
 
-@pytest.mark.parametrize("name", ["complete_and_claim_jobs", "complete_retained_and_claim_jobs"])
+@pytest.mark.parametrize("name", CARRYING_THE_CLAIM)
 def test_the_combined_statement_claims_through_the_partial_index(name):
     with connection.cursor() as cursor:
         insert_jobs(cursor, 200)
         cursor.execute("ANALYZE pgjobs_job")
-    from django_pgjobs.sql import query
-
     params = {
         "ids": [1, 2],
         "tokens": [uuid.uuid4(), uuid.uuid4()],
-        **operations.ClaimPlan.all_start(10).params(),
-        "worker": "w",
-        "all_queues": True,
-        "any_name": True,
-        "skip_names": [],
-        "queues": [],
-        "lease_seconds": 30.0,
-        "token": uuid.uuid4(),
+        "results": ["1", "2"],
+        **claims().take(10).params,
     }
     with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN " + query(name), params)
+        cursor.execute("EXPLAIN " + sql.query(name), params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "pgjobs_job_claim_idx" in plan, plan
+
+
+@pytest.mark.parametrize("name", CARRYING_THE_CLAIM)
+def test_a_column_added_to_the_claim_reaches_every_statement_that_carries_it(name):
+    """The row of completed ids that ends the combined statements has the claim's own columns
+    (NULL), whatever they are: a column added to the claim's RETURNING cannot leave them out of
+    step (a hand-written row of NULLs did, and the statement failed)."""
+    statements, parts = sql._parse(
+        resources.files(sql).joinpath("queries.sql").read_text(encoding="utf-8")
+    )
+    statements["claim_jobs"] += ", 42 AS added_column"  # the claim ends with its RETURNING list
+    resolved, _ = sql._resolve({**statements, **parts})
+    demo.noop.enqueue_many([() for _ in range(2)])
+    _, (held,) = claim(1)
+    params = {
+        **claims().take(5).params,
+        "ids": [held.id],
+        "tokens": [held.claim_token],
+        "results": ["null"],
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(resolved["claim_jobs"], claims().take(0).params)  # the claim alone
+        claim_columns = [column.name for column in cursor.description]
+        cursor.execute(resolved[name], params)
+        columns = [column.name for column in cursor.description]
+        rows = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+    assert "added_column" in claim_columns and columns == [*claim_columns, "completed"]
+    claimed = [row for row in rows if row["id"] is not None]
+    (acknowledged,) = [row for row in rows if row["id"] is None]
+    assert [row["added_column"] for row in claimed] == [42]
+    assert acknowledged["completed"] == [held.id] and acknowledged["added_column"] is None
 
 
 def prepared_statements(conn) -> int:
@@ -141,7 +172,7 @@ def test_enqueue_is_prepared_once_per_connection_and_other_statements_only_when_
     for _ in range(8):  # past the five runs after which a prepared statement may go generic
         done, held = claim(1)
         operations.extend_leases(connection, held)
-        operations.complete_jobs(connection, held)
+        operations.complete(connection, held)
     # not asked to (prepared=False): unprepared, planned at every run (tests/test_operations.py)
     assert prepared_statements(connection) == before + 1
 
@@ -162,11 +193,9 @@ def test_the_workers_claim_alone_is_prepared_and_planned_at_every_run():
     runs (PostgreSQL would consider one after five)."""
     for _ in range(12):
         demo.noop.enqueue()
-        _, held = operations.complete_and_claim_jobs(
-            connection, [], limit=5, worker="w", queues=None, lease_seconds=60, prepared=True
-        )
+        _, held = operations.complete(connection, claim=claims("w", prepared=True).take(5))
         assert len(held) == 1
-        operations.complete_jobs(connection, held)
+        operations.complete(connection, held)
     ((statement, generic, custom),) = claim_statements(connection)
     assert "UPDATE pgjobs_job" in statement and "completed" not in statement
     assert generic == 0 and custom == 12
@@ -176,22 +205,18 @@ def test_the_workers_claim_alone_is_prepared_and_planned_at_every_run():
     # carrying acknowledgements, the combined statement is planned at each run, unprepared
     demo.noop.enqueue_many([() for _ in range(2)])
     _, held = claim(1)
-    completed, more = operations.complete_and_claim_jobs(
-        connection, held, limit=5, worker="w", queues=None, lease_seconds=60, prepared=True
+    completed, more = operations.complete(
+        connection, held, claim=claims("w", prepared=True).take(5)
     )
     assert completed == {held[0].id} and len(more) == 1
     assert [row[2] for row in claim_statements(connection)] == [12]  # no second statement
 
 
 def test_a_new_connection_plans_the_prepared_claim_at_every_run_again():
-    operations.complete_and_claim_jobs(
-        connection, [], limit=5, worker="w", queues=None, lease_seconds=60, prepared=True
-    )
+    operations.complete(connection, claim=claims("w", prepared=True).take(5))
     connection.close()  # the worker reconnects after a fault: a new session
     for _ in range(7):
-        operations.complete_and_claim_jobs(
-            connection, [], limit=5, worker="w", queues=None, lease_seconds=60, prepared=True
-        )
+        operations.complete(connection, claim=claims("w", prepared=True).take(5))
     ((_, generic, custom),) = claim_statements(connection)
     assert (generic, custom) == (0, 7)
 
@@ -200,9 +225,7 @@ def test_the_claim_is_not_prepared_when_prepared_statements_are_off(settings):
     settings.PGJOBS = {**settings.PGJOBS, "PREPARED_STATEMENTS": False}
     connection.close()
     demo.noop.enqueue()
-    _, held = operations.complete_and_claim_jobs(
-        connection, [], limit=5, worker="w", queues=None, lease_seconds=60, prepared=True
-    )
+    _, held = operations.complete(connection, claim=claims("w", prepared=True).take(5))
     assert len(held) == 1 and claim_statements(connection) == []
 
 
@@ -211,13 +234,14 @@ def test_a_listening_worker_prepares_its_claim_and_a_polling_one_does_not(monkey
     """A worker that may LISTEN has a session that keeps its settings; one told not to listen
     may be behind PgBouncer in transaction mode, where the claim stays unprepared."""
     asked = []
-    original = operations.complete_and_claim_jobs
+    original = operations.complete
 
     def spying(*args, **kwargs):
-        asked.append(kwargs["prepared"])
+        if kwargs.get("claim") is not None:
+            asked.append(kwargs["claim"].prepared)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(operations, "complete_and_claim_jobs", spying)
+    monkeypatch.setattr(operations, "complete", spying)
     demo.noop.enqueue_many([() for _ in range(3)])
     worker = run_worker(concurrency=2, listen=listen)
     assert worker.stats.succeeded == 3

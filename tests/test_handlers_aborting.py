@@ -8,9 +8,9 @@ import signal
 import time
 
 import pytest
-from django.contrib.messages import get_messages
+from admin_data import said
 from django.urls import reverse
-from helpers import wait_until
+from helpers import wait_until, wait_until_listening
 
 from django_pgjobs.models import DeadLetter, Job
 from testproject.demo.models import Counter
@@ -45,15 +45,14 @@ def test_abort_from_the_admin_stops_a_running_job_and_the_worker_goes_on(
         "--queue", "handlers", "--concurrency", "1", env={"PGJOBS_HEARTBEAT_SECONDS": "30"}
     )
     wait_until(lambda: started("long"), timeout=60)
+    wait_until_listening()  # the abort's NOTIFY reaches it, not only its heartbeat
 
     client.force_login(superuser)
     response = client.post(
         JOBS + "?view=running",
-        {"action": "abort", "_selected_action": [str(long.pk)], "index": 0},
+        {"action": "abort", "_selected_action": [str(long.pk)], "index": 0, "post": "yes"},
     )
-    assert [str(m) for m in get_messages(response.wsgi_request)] == [
-        "Abort requested for 1 running job."
-    ]
+    assert said(response) == ["Abort requested for 1 running job."]
     wait_until(lambda: DeadLetter.objects.filter(job_id=long.pk).exists(), timeout=20)
     dead = DeadLetter.objects.get(job_id=long.pk)
     assert dead.error_type == "Aborted"
@@ -96,6 +95,7 @@ def test_an_abort_cancels_a_running_async_job(start_worker):
     long = recount_async.enqueue("async", STEPS)
     worker = start_worker("--queue", "handlers", env={"PGJOBS_HEARTBEAT_SECONDS": "30"})
     wait_until(lambda: started("async"), timeout=60)
+    wait_until_listening()  # the abort's NOTIFY reaches it, not only its heartbeat
     assert stop_recount(long.pk).requested == [long.pk]
     wait_until(lambda: DeadLetter.objects.filter(job_id=long.pk).exists(), timeout=20)
     dead = DeadLetter.objects.get(job_id=long.pk)
@@ -115,6 +115,7 @@ def test_a_job_that_ignores_the_abort_and_returns_has_succeeded(start_worker):
     whole = recount_to_the_end.enqueue("whole", 40)  # two seconds
     worker = start_worker("--queue", "handlers")
     wait_until(lambda: started("whole"), timeout=60)
+    wait_until_listening()  # the abort's NOTIFY reaches it, not only its heartbeat
     assert stop_recount(whole.pk).requested == [whole.pk]
     wait_until(lambda: not Job.objects.filter(pk=whole.pk).exists(), timeout=30)
     assert not DeadLetter.objects.exists()

@@ -9,7 +9,7 @@ import time
 from collections import Counter as Tally
 
 import pytest
-from helpers import wait_until
+from helpers import wait_for_leases_to_expire, wait_until
 
 from django_pgjobs.models import DeadLetter, Job
 from testproject.demo import jobs as demo
@@ -105,7 +105,7 @@ def test_a_held_job_that_kills_its_worker_still_ends_in_the_dead_letters(start_w
         assert time.monotonic() < deadline, f"never dead-lettered; exits: {exits}"
         worker = start_worker("--concurrency", "1", "--prefetch", "10", "--burst", env=FAST_LEASES)
         exits.append(worker.wait(timeout=60))
-        time.sleep(1.7)  # the lease of what it held expires
+        wait_for_leases_to_expire()  # of what it held
     dead = DeadLetter.objects.get()
     assert dead.job_id == poison.pk and dead.attempts == dead.max_attempts <= 3, dead.max_attempts
     assert dead.error_type == "LeaseExpired" and "attempts exhausted" in dead.reason

@@ -53,6 +53,8 @@ def params_for(name: str) -> dict:
         "error_type": "E",
         "error": "[]",
         "delay_seconds": 1.0,
+        "delay": 5.0,
+        "grace_seconds": 600.0,
         "keep_seconds": 2 * 24 * 3600.0,
         "keep_results_seconds": 7 * 24 * 3600.0,
         "keep_result": False,
@@ -74,7 +76,7 @@ def params_for(name: str) -> dict:
         "unique_keys": [None],
         "succeeded": [1],
         "retried": [0],
-        "dead": [0],
+        "dead_lettered": [0],
         "waits": ["{1}"],
         "pids": [0],
         "requested_by": "admin user 'root'",
@@ -127,7 +129,7 @@ def seed_a_busy_installation() -> None:
         )
         cursor.execute(
             """
-            INSERT INTO pgjobs_stat (queue, minute, succeeded, retried, dead, wait_buckets)
+            INSERT INTO pgjobs_stat (queue, minute, succeeded, retried, dead_lettered, wait_buckets)
             SELECT 'q' || q, date_trunc('minute', now()) - m * interval '1 minute', 1, 0, 0, '{1}'
             FROM generate_series(0, 19) AS q, generate_series(0, 2879) AS m
             """

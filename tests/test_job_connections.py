@@ -39,7 +39,7 @@ def test_job_leaving_a_transaction_open_fails_and_later_jobs_commit(start_worker
     assert dead.job_id == leaky.pk and dead.error_type.endswith("TransactionLeftOpen")
     assert "inside a transaction" in dead.reason and "rolled back" in dead.reason
     assert not Job.objects.exists()
-    assert "succeeded=20 " in worker.output() and "dead=1 " in worker.output()
+    assert "succeeded=20 " in worker.output() and "dead_lettered=1 " in worker.output()
 
 
 def test_autocommit_left_off_after_a_commit_is_restored_without_failing(start_worker):

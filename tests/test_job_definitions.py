@@ -8,8 +8,10 @@ time, and a call that returns a coroutine anyway is a failed attempt, never a su
 from __future__ import annotations
 
 import functools
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 from helpers import run_worker
 
 from django_pgjobs import job
@@ -136,6 +138,13 @@ def test_unique_keys_postgresql_cannot_store_raise_value_error_naming_the_option
     with pytest.raises(ValueError, match="unique_key"):
         keyed.enqueue()
     assert not Job.objects.exists()
+
+
+def test_using_takes_delay_or_run_after_not_both():
+    later = timezone.now() + timedelta(hours=1)
+    with pytest.raises(ValueError, match="either delay or run_after"):
+        demo.record.using(run_after=later, delay=60)
+    assert demo.record.using(delay=60).using(run_after=later).options.run_after == later
 
 
 def test_timeout_comes_from_the_call_then_the_job_then_the_setting(settings):

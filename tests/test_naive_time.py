@@ -105,7 +105,9 @@ def test_every_admin_page_renders_rows_in_every_state_in_the_project_zone(naive_
         reverse("admin:django_pgjobs_job_change", args=[rows["scheduled"].pk])
     ).content.decode()
     due = rows["scheduled"].run_after
-    assert re.search(rf"<td>{due:%Y-%m-%d %H:%M:%S}</td><td>due</td><td>in 5 h 59 min", page)
+    assert re.search(
+        rf'title="{due:%Y-%m-%d %H:%M:%S} [^"]+">in 5 h 59 min</time></td><td>due<', page
+    )
 
 
 def test_admin_actions_with_naive_times(naive_time, admin_client):
@@ -118,7 +120,9 @@ def test_admin_actions_with_naive_times(naive_time, admin_client):
         response = admin_client.post(reverse("admin:django_pgjobs_job_act", args=[pk, action]))
         assert response.status_code == 302
         assert Job.objects.get(pk=pk).run_after <= timezone.now()
-    admin_client.post(reverse("admin:django_pgjobs_job_act", args=[cancelled.pk, "cancel"]))
+    admin_client.post(
+        reverse("admin:django_pgjobs_job_act", args=[cancelled.pk, "cancel"]), {"confirmed": "yes"}
+    )
     assert not Job.objects.filter(pk=cancelled.pk).exists()
     admin_client.post(reverse("admin:django_pgjobs_queuestate_pause", args=["default"]))
     assert QueueState.objects.get(name="default").paused
@@ -132,7 +136,10 @@ def test_admin_actions_with_naive_times(naive_time, admin_client):
     assert failed_at.utcoffset() is not None
     shown = failed_at.astimezone(zoneinfo.ZoneInfo(ZONE))
     page = admin_client.get(reverse("admin:django_pgjobs_deadletter_change", args=[letter.pk]))
-    assert f"<td>{shown:%Y-%m-%d %H:%M:%S}</td><td>attempt 1 failed" in page.content.decode()
+    assert re.search(
+        rf'title="{shown:%Y-%m-%d %H:%M:%S} [^"]+">[^<]+</time></td><td>attempt 1 failed',
+        page.content.decode(),
+    )
     response = admin_client.post(
         DEAD, {"action": "requeue", "_selected_action": [letter.pk], "index": 0}
     )
@@ -151,7 +158,7 @@ def test_admin_actions_with_naive_times(naive_time, admin_client):
     letters = [str(pk) for pk in DeadLetter.objects.values_list("pk", flat=True)]
     assert len(letters) == 1
     response = admin_client.post(
-        DEAD, {"action": "delete", "_selected_action": letters, "index": 0}
+        DEAD, {"action": "delete", "_selected_action": letters, "index": 0, "post": "yes"}
     )
     assert response.status_code == 302 and not DeadLetter.objects.exists()
 

@@ -18,10 +18,14 @@ from testproject.demo import jobs as demo
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def claim(limit=10, queues=None, worker="test"):
-    return operations.claim_jobs(
-        connection, limit=limit, worker=worker, queues=queues, lease_seconds=30
+def claims(worker="test", queues=None, prepared=False):
+    return operations.ClaimBuilder(
+        worker=worker, queues=queues, lease_seconds=30, prepared=prepared
     )
+
+
+def claim(limit=10, queues=None, worker="test"):
+    return operations.complete(connection, claim=claims(worker, queues).take(limit)).claimed
 
 
 def error(attempt=1):
@@ -44,23 +48,11 @@ def test_claim_uses_partial_index():
         insert_jobs(cursor, 50000, status="successful")
         insert_jobs(cursor, 200)
         cursor.execute("ANALYZE pgjobs_job")
-        params = {
-            **operations.ClaimPlan.all_start(10).params(),
-            "worker": "w",
-            "all_queues": True,
-            "any_name": True,
-            "skip_names": [],
-            "queues": [],
-            "lease_seconds": 30,
-            "token": uuid.uuid4(),
-        }
-        cursor.execute("EXPLAIN " + query("claim_jobs"), params)
-        plan = "\n".join(row[0] for row in cursor.fetchall())
-        assert "pgjobs_job_claim_idx" in plan, plan
-        params.update(all_queues=False, queues=["default", "other"])
-        cursor.execute("EXPLAIN " + query("claim_jobs"), params)
-        plan = "\n".join(row[0] for row in cursor.fetchall())
-        assert "pgjobs_job_claim_idx" in plan, plan
+        for queues in (None, ["default", "other"]):
+            params = claims("w", queues).take(10).params
+            cursor.execute("EXPLAIN " + query("claim_jobs"), params)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+            assert "pgjobs_job_claim_idx" in plan, plan
 
 
 def table_scans(conn: psycopg.Connection) -> tuple[int, int]:
@@ -79,17 +71,14 @@ def test_claims_after_an_idle_spell_still_walk_the_index(other_connection, prepa
     whole table at every claim until the next ANALYZE (see operations.py); the worker's
     prepared claim is planned at every run."""
     other_connection.execute("VACUUM ANALYZE pgjobs_job")  # what an idle table looks like
+    idle = claims("w", prepared=prepared)
     for _ in range(8):
-        assert operations.complete_and_claim_jobs(
-            connection, [], limit=50, worker="w", queues=None, lease_seconds=30, prepared=prepared
-        ) == (set(), [])
+        assert operations.complete(connection, claim=idle.take(50)) == (set(), [])
     insert_jobs(other_connection, 20000)
     with connection.cursor() as cursor:  # report this backend's counters at its next idle
         cursor.execute("SELECT pg_stat_force_next_flush()")
     before = table_scans(other_connection)
-    _, claimed = operations.complete_and_claim_jobs(
-        connection, [], limit=50, worker="w", queues=None, lease_seconds=30, prepared=prepared
-    )
+    _, claimed = operations.complete(connection, claim=idle.take(50))
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_stat_force_next_flush()")
     assert len(claimed) == 50
@@ -103,16 +92,7 @@ def test_claims_after_an_idle_spell_still_walk_the_index(other_connection, prepa
 def test_concurrent_claims_skip_each_others_rows_without_blocking():
     demo.record.enqueue_many([(str(i),) for i in range(10)])
     statement = query("claim_jobs")
-    params = {
-        **operations.ClaimPlan.all_start(4).params(),
-        "worker": "a",
-        "all_queues": True,
-        "any_name": True,
-        "skip_names": [],
-        "queues": [],
-        "lease_seconds": 30,
-        "token": uuid.uuid4(),
-    }
+    params = claims("a").take(4).params
     url = database_url_for_tests()
     with psycopg.connect(url) as first, psycopg.connect(url) as second:
         # first claims inside an open transaction: its rows stay locked
@@ -137,14 +117,9 @@ def test_parallel_claimers_never_share_a_job(prepared):
         mine = []
         try:
             while True:
-                _, jobs = operations.complete_and_claim_jobs(  # the claim alone: nothing done
+                _, jobs = operations.complete(  # the claim alone: nothing done
                     connections["default"],
-                    [],
-                    limit=7,
-                    worker=threading.current_thread().name,
-                    queues=None,
-                    lease_seconds=30,
-                    prepared=prepared,
+                    claim=claims(threading.current_thread().name, prepared=prepared).take(7),
                 )
                 if not jobs:
                     break
@@ -167,14 +142,14 @@ def test_completion_and_failure_are_fenced_by_the_claim_token():
     demo.record.enqueue("fenced")
     (job,) = claim()
     stale = operations.ClaimedJob(**{**job.__dict__, "claim_token": uuid.uuid4()})
-    assert operations.complete_jobs(connection, [stale]) == set()
+    assert operations.complete(connection, [stale]).ids == set()
     assert operations.retry_job(connection, stale, error(), 0) is False
     assert operations.dead_letter_job(connection, stale, reason="r", error=error()) is None
     assert operations.release_jobs(connection, [stale]) == set()
     assert operations.extend_leases(connection, [stale]) == set()
     row = Job.objects.get(pk=job.id)
     assert row.status == "running" and row.errors == []
-    assert operations.complete_jobs(connection, [job]) == {job.id}
+    assert operations.complete(connection, [job]).ids == {job.id}
     assert not Job.objects.exists()
 
 
@@ -192,7 +167,7 @@ def test_rescue_requeues_expired_leases_and_buries_exhausted_ones():
     assert dead.args == ["last-attempt"] and dead.error_type == "LeaseExpired"
     assert "lease of the last attempt expired" in dead.reason
     # the old holder can no longer complete either of them
-    assert operations.complete_jobs(connection, jobs) == set()
+    assert operations.complete(connection, jobs).ids == set()
 
 
 def test_release_hands_back_without_spending_an_attempt():

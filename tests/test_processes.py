@@ -12,7 +12,7 @@ from collections import Counter as Tally
 
 import pytest
 from django.db import connection
-from helpers import FAST_LEASES, wait_until
+from helpers import FAST_LEASES, wait_for_leases_to_expire, wait_until
 
 from django_pgjobs.models import DeadLetter, Job
 from testproject.demo import jobs as demo
@@ -30,7 +30,14 @@ def test_four_workers_run_5000_jobs_exactly_once(start_worker):
     half = len(labels) // 2
     demo.record.enqueue_many([(label,) for label in labels[:half]])
     demo.record_atomic.enqueue_many([(label,) for label in labels[half:]])
-    workers = [start_worker("--concurrency", "4", "--burst", "--batch-size", "8") for _ in range(4)]
+    # Persistent connections (CONN_MAX_AGE=None): at Django's default of 0 every job opens one,
+    # which costs these 5,000 short jobs three times their run; the chaos suite drains thousands
+    # of jobs on the default (test_job_connections.py tests both between jobs).
+    persistent = {"PGJOBS_TEST_CONN_MAX_AGE": "none"}
+    workers = [
+        start_worker("--concurrency", "4", "--burst", "--batch-size", "8", env=persistent)
+        for _ in range(4)
+    ]
     for worker in workers:
         assert worker.wait(timeout=300) == 0, worker.output()
     tally = executions_by_label()
@@ -70,7 +77,7 @@ def test_job_that_kills_its_worker_every_time_ends_in_dead_letters(start_worker)
         assert time.monotonic() < deadline, f"never dead-lettered; exits: {exits}"
         worker = start_worker("--burst", env=FAST_LEASES)
         exits.append(worker.wait(timeout=60))
-        time.sleep(2.2)  # let the lease of the crashed attempt expire
+        wait_for_leases_to_expire()  # the crashed attempt's
     dead = DeadLetter.objects.get()
     assert dead.job_id == enqueued.pk and dead.attempts == 2
     assert dead.error_type == "LeaseExpired" and "worker died" in dead.reason

@@ -177,14 +177,28 @@ def test_kept_results_survive_pruning_until_keep_results_seconds(settings):
 
 def test_storing_a_result_is_fenced_by_the_claim_token():
     job = count_words.enqueue("x")
-    (claimed,) = operations.claim_jobs(
-        connection, limit=1, worker="w", queues=["handlers"], lease_seconds=60
-    )
+    claims = operations.ClaimBuilder(worker="w", queues=["handlers"], lease_seconds=60)
+    (claimed,) = operations.complete(connection, claim=claims.take(1)).claimed
     assert claimed.keep_result is True
     stale = operations.ClaimedJob(**{**claimed.__dict__, "claim_token": uuid.uuid4()})
-    assert operations.complete_jobs_with_results(connection, [stale], ['"stale"']) == set()
-    assert operations.complete_jobs_with_results(connection, [claimed], ['"ok"']) == {job.id}
+    assert operations.complete(connection, [stale], results=['"stale"']).ids == set()
+    with pytest.raises(ValueError, match="1 jobs to complete, 2 results"):
+        operations.complete(connection, [claimed], results=['"ok"', '"more"'])
+    assert operations.complete(connection, [claimed], results=['"ok"']).ids == {job.id}
     assert get_result(job.id).return_value == "ok"
+
+
+def test_a_claim_carries_completions_that_keep_their_result():
+    first, second = count_words.enqueue("a b"), count_words.enqueue("c")
+    claims = operations.ClaimBuilder(worker="w", queues=["handlers"], lease_seconds=60)
+    (claimed,) = operations.complete(connection, claim=claims.take(1)).claimed
+    stale = operations.ClaimedJob(**{**claimed.__dict__, "claim_token": uuid.uuid4()})
+    completed, more = operations.complete(
+        connection, [claimed, stale], results=["2", "0"], claim=claims.take(5)
+    )
+    assert completed == {first.id} and [job.id for job in more] == [second.id]
+    assert get_result(first.id).return_value == 2
+    assert Job.objects.get(pk=second.id).status == "running"
 
 
 def test_requeued_dead_letters_keep_asking_for_their_result():

@@ -4,18 +4,26 @@ the loader composes statements from their parts (no copies to drift apart)."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
 import django_pgjobs
 from django_pgjobs import sql
+from django_pgjobs.claims import ClaimBuilder, ClaimPlan
 
 PACKAGE = Path(django_pgjobs.__file__).parent
 #: Functions whose argument names a statement: (function name, index of that argument).
 RUNNERS = {"execute": 1, "execute_prepared": 1, "estimate_rows": 1, "query": 0}
 #: Modules called through their name (`db.execute`), as opposed to `cursor.execute`.
 PACKAGE_MODULES = {"db", "sql", "overview"}
+#: The statements that carry the claim, and the completion each carries.
+COMBINED = [
+    ("complete_and_claim_jobs", "complete_jobs"),
+    ("complete_retained_and_claim_jobs", "complete_jobs_retained"),
+    ("complete_with_results_and_claim_jobs", "complete_jobs_with_results"),
+]
 
 
 def _names_in(node: ast.AST) -> set[str]:
@@ -73,13 +81,37 @@ def test_every_statement_is_run_by_the_package_and_every_name_run_is_defined():
 
 
 def test_the_combined_statements_are_made_of_the_statements_they_combine():
-    for combined, completion in [
-        ("complete_and_claim_jobs", "complete_jobs"),
-        ("complete_retained_and_claim_jobs", "complete_jobs_retained"),
-    ]:
+    for combined, completion in COMBINED:
         text = sql.query(combined)
         assert f"completed AS ({sql.query(completion)})" in text
         assert f"claimed AS ({sql.query('claim_jobs')})" in text
+
+
+def placeholders(name: str) -> set[str]:
+    return set(re.findall(r"%\((\w+)\)s", sql.query(name)))
+
+
+def test_the_claim_builder_gives_the_claim_every_parameter_it_takes_and_no_other():
+    """One builder makes the parameters of every statement that claims: the claim alone and the
+    claim carrying each kind of completion take the claim's parameters, plus the completion's."""
+    builder = ClaimBuilder(worker="w", queues=["a", "b"], lease_seconds=5, prepared=True)
+    plan = ClaimPlan(limit=6, sync_room=4, sync_starts=9, async_room=2, async_names=["n"])
+    claim = builder.claim(plan, skip_names=("slow",))
+    assert set(claim.params) == placeholders("claim_jobs")
+    assert claim.params == {
+        **{"worker": "w", "all_queues": False, "queues": ["a", "b"], "lease_seconds": 5.0},
+        **{"limit": 6, "sync_room": 4, "sync_starts": 4, "async_room": 2, "async_starts": 0},
+        **{"async_names": ["n"], "any_name": False, "skip_names": ["slow"]},
+        "token": claim.token,
+    }
+    assert (claim.lease_seconds, claim.prepared) == (5.0, True)
+    everything = builder.take(3)
+    assert everything.params["any_name"] and everything.params["skip_names"] == []
+    assert everything.params["sync_room"] == everything.params["sync_starts"] == 3
+    assert everything.token != claim.token  # each claim its own token
+    assert ClaimBuilder(worker="w", queues=None, lease_seconds=1).take(1).params["all_queues"]
+    for combined, completion in COMBINED:
+        assert placeholders(combined) == placeholders("claim_jobs") | placeholders(completion)
 
 
 def test_includes_are_resolved_and_mistakes_refused():

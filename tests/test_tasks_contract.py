@@ -6,6 +6,7 @@ the ``task_enqueued`` signal and its log line; and the backend's configuration e
 from __future__ import annotations
 
 import logging
+import re
 from datetime import datetime, timedelta
 
 import pytest
@@ -94,11 +95,26 @@ def test_priority_outside_the_range_is_invalid(priority):
     assert not Job.objects.exists()
 
 
-def test_queue_not_in_the_backends_queues_is_invalid():
-    with pytest.raises(tf.InvalidTask, match="Queue 'elsewhere' is not valid for backend"):
+def test_queue_not_in_the_backends_queues_is_invalid_and_the_error_names_the_fix():
+    fix = (
+        "queue 'elsewhere' of task testproject.handlers.tasks.greet is not in "
+        "TASKS['default']['QUEUES'] (default, tasks): add it there, or leave QUEUES out to "
+        "accept any queue"
+    )
+    with pytest.raises(tf.InvalidTask, match=re.escape(fix)):
         tasks.greet.using(queue_name="elsewhere")
-    with pytest.raises(tf.InvalidTask):
+    with pytest.raises(tf.InvalidTask, match="add it there, or leave QUEUES out"):
         task(queue_name="elsewhere")(tasks.greet.func)
+
+
+@override_settings(TASKS={"default": {"BACKEND": PGJOBS_BACKEND}})  # as the README shows it
+def test_without_queues_a_task_may_use_any_queue():
+    emails = task(queue_name="emails")(tasks.greet.func)
+    assert emails.queue_name == "emails"
+    assert tasks.greet.using(queue_name="reports").enqueue("x").task.queue_name == "reports"
+    assert Job.objects.get().queue == "reports"
+    with pytest.raises(tf.InvalidTask, match="queue"):
+        tasks.greet.using(queue_name="bad queue")
 
 
 @override_settings(

@@ -20,7 +20,8 @@ from django_pgjobs import job, operations, signals
 from django_pgjobs.context import current_job
 from django_pgjobs.models import DeadLetter, Job
 from django_pgjobs.operations import ClaimedJob
-from django_pgjobs.worker import Worker, _LostLease
+from django_pgjobs.worker import Worker
+from django_pgjobs.worker.outcomes import Superseded
 from testproject.demo import jobs as demo
 from testproject.demo.models import Counter, Execution, Signup
 
@@ -105,15 +106,16 @@ def test_atomic_job_whose_lease_was_lost_rolls_back(monkeypatch):
     """Fencing inside the atomic transaction: if the claim token changed, nothing commits."""
     from django_pgjobs import operations
 
-    original = operations.complete_jobs
+    original = operations.complete
 
-    def steal_then_complete(conn, jobs):
+    def steal_then_complete(conn, jobs=(), **kwargs):
         # Another worker rescued and re-claimed the job meanwhile: new token.
-        with connection.cursor() as cursor:
-            cursor.execute("UPDATE pgjobs_job SET claim_token = gen_random_uuid()")
-        return original(conn, jobs)
+        if jobs and kwargs.get("claim") is None:  # the atomic job's own completion
+            with connection.cursor() as cursor:
+                cursor.execute("UPDATE pgjobs_job SET claim_token = gen_random_uuid()")
+        return original(conn, jobs, **kwargs)
 
-    monkeypatch.setattr(operations, "complete_jobs", steal_then_complete)
+    monkeypatch.setattr(operations, "complete", steal_then_complete)
     demo.record_atomic.enqueue("stolen")
     worker = run_worker()
     assert worker.stats.lost == 1
@@ -196,7 +198,7 @@ def test_logs_start_failures_and_summary(caplog):
     demo.always_fails.enqueue("logged")
     run_worker(concurrency=2)
     text = caplog.text
-    assert "started: queues=all concurrency=2" in text
+    assert "started: release=- queues=all concurrency=2" in text
     assert "failed (attempt 1/3): ValueError: logged; retrying in" in text
     assert "stopped: processed=1" in text
 
@@ -293,9 +295,21 @@ def test_a_stale_run_finishing_keeps_the_new_claim_of_its_job():
         claim_token=uuid.uuid4(),
     )
     new = dataclasses.replace(old, attempts=2, claim_token=uuid.uuid4())
-    worker.held[new.id] = new
-    worker._handle(_LostLease(old))  # the old run's atomic completion was refused
+    worker.state.hold(new)
+    worker._handle(Superseded(old))  # the old run's atomic completion was refused
     worker.acks.settle([old], done=set())  # or its batched acknowledgement was
-    assert worker.held == {7: new}
-    worker._handle(_LostLease(new))
-    assert worker.held == {}
+    assert worker.state.held == {7: new}
+    worker._handle(Superseded(new))
+    assert worker.state.held == {}
+
+
+def test_a_burst_worker_runs_what_its_jobs_enqueue_before_it_leaves():
+    """A job that enqueues the next step (a chain written by hand): the burst worker (and
+    ``run_jobs()``) looks once more after jobs finish, without LISTEN to wake it."""
+    from django_pgjobs.testing import run_jobs
+    from testproject.handlers.from_celery import build_report
+
+    build_report.delay("burst")
+    stats = run_jobs(concurrency=4, listen=False)  # a claim short of its limit
+    assert stats.succeeded == 2
+    assert Counter.objects.get(name="report-burst").value == 2  # the second step ran

@@ -3,7 +3,9 @@ faults.py): the dispatcher's structures refuse other threads; which errors are w
 
 from __future__ import annotations
 
+import os
 import threading
+from pathlib import Path
 
 import pytest
 from django.db import DatabaseError, connection, transaction
@@ -55,12 +57,12 @@ def test_an_executor_thread_cannot_touch_the_dispatchers_acknowledgements():
         signals.job_started.disconnect(meddle)
     assert running.stats.succeeded == 1
     assert refused and "only the dispatcher thread may" in refused[0]
-    assert running.owner.ident is None  # released: the worker can be driven again
+    assert running.state.owner.ident is None  # released: the worker can be driven again
 
 
 def test_the_failure_policy_refuses_other_threads_while_a_dispatcher_runs():
     worker = Worker(listen=False, install_signal_handlers=False)
-    worker.owner.take()
+    worker.state.owner.take()
     outcome = []
 
     def from_another_thread():
@@ -115,3 +117,41 @@ def test_the_worker_loop_runs_its_jobs_on_executor_threads_only():
     finally:
         signals.job_started.disconnect(note_thread)
     assert seen == ["pgjobs-executor-0"]
+
+
+SIGNAL_WHILE_THE_INBOX_IS_LOCKED = """
+import os, signal, django
+django.setup()
+from django_pgjobs.worker import Worker
+worker = Worker(listen=False)
+worker.signal_handlers.install()
+with worker.inbox.queue.mutex:  # the dispatcher inside inbox.get(), holding its lock
+    signal.raise_signal(signal.SIGTERM)  # the handler runs here, on this thread
+print("stop requested:", worker.stop.requested.is_set(), "woken:", worker.inbox.queue.get(timeout=5))
+"""
+
+
+def test_sigterm_while_the_dispatcher_holds_its_inbox_lock_does_not_deadlock():
+    """The handler runs on the dispatcher's thread between two bytecodes, possibly inside the
+    inbox's ``get``: putting on the inbox from the handler waited for ever on its own lock
+    (a worker that never exited after SIGTERM, seen in CI)."""
+    import subprocess
+    import sys
+
+    from helpers import database_url_for_tests
+
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "testproject.settings",
+        "DATABASE_URL": database_url_for_tests(),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", SIGNAL_WHILE_THE_INBOX_IS_LOCKED],
+        cwd=Path(__file__).resolve().parent.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "stop requested: True woken: <object object" in done.stdout

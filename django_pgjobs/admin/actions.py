@@ -31,6 +31,19 @@ class Action:
     views: frozenset[str] = frozenset()  # job views it applies to (jobs only)
     noun: str = "job"
     records_user: bool = False  # the operation takes requested_by: the admin user who acted
+    #: Cannot be undone: runs only once its confirmation page is answered (``confirm``), which
+    #: says ``consequence``.
+    confirm: bool = False
+    consequence: str = ""
+    #: Whose pages the ids the operation returns are (the result message links them); None when
+    #: the rows are gone.
+    links_to: str | None = "job"
+
+    @property
+    def valid_for(self) -> str:
+        """The job views it applies to, as words ("due, retrying or scheduled")."""
+        views = sorted(self.views)
+        return " or ".join(filter(None, [", ".join(views[:-1]), views[-1]])) if views else ""
 
     def message(self, count: int) -> str:
         return self.done.format(
@@ -80,6 +93,10 @@ JOB_ACTIONS: dict[str, Action] = {
             operation=operations.cancel_jobs,
             done="Cancelled {n}.",
             views=WAITING,
+            confirm=True,
+            consequence="Cancelling deletes these waiting jobs: they will not run, and nothing "
+            "of them is kept.",
+            links_to=None,
         ),
         Action(
             name="abort",
@@ -90,6 +107,10 @@ JOB_ACTIONS: dict[str, Action] = {
             done="Abort requested for {count} running job{s}.",
             views=frozenset({View.RUNNING}),
             records_user=True,
+            confirm=True,
+            consequence="Their workers are asked to stop these running jobs: an async job is "
+            "cancelled, a sync job stops where it checks for the request. An aborted attempt ends "
+            "in the dead letters (error type Aborted), not retried.",
         ),
     )
 }
@@ -113,6 +134,10 @@ DEAD_LETTER_ACTIONS: dict[str, Action] = {
             operation=operations.delete_dead_letters,
             done="Deleted {n}.",
             noun="dead letter",
+            confirm=True,
+            consequence="Deleting removes these dead letters for good, their arguments and "
+            "errors with them.",
+            links_to=None,
         ),
     )
 }
@@ -120,11 +145,12 @@ DEAD_LETTER_ACTIONS: dict[str, Action] = {
 
 def bulk_actions(table: dict[str, Action]) -> tuple[Callable[..., None], ...]:
     """The changelist actions of ``table`` (a ModelAdmin's ``actions``): each one runs
-    ``model_admin.bulk(request, queryset, action)``, behind the action's permission."""
+    ``model_admin.bulk(request, queryset, action)``, behind the action's permission, and returns
+    what it returns (the confirmation page of an action that asks first)."""
 
     def changelist_action(action: Action) -> Callable[..., None]:
-        def run(model_admin, request, queryset) -> None:
-            model_admin.bulk(request, queryset, action)
+        def run(model_admin, request, queryset):
+            return model_admin.bulk(request, queryset, action)  # a confirmation page, or None
 
         run.__name__ = run.__qualname__ = action.name  # Django names the action after it
         return admin.action(description=action.description, permissions=[action.permission])(run)

@@ -21,11 +21,12 @@ from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.urls import path, reverse
 from django.utils.functional import cached_property
+from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
 
-from .. import db
+from .. import db, operations
 from ..conf import get_config
-from . import display, overview, values
+from . import confirm, display, values
 from .overview import COUNT_CAP
 
 #: Largest number of rows one bulk action touches ("select all" on a huge filter included); the
@@ -75,7 +76,7 @@ class ValueFilter(admin.SimpleListFilter):
 class QueueFilter(ValueFilter):
     title = "queue"
     parameter_name = field = "queue"
-    values_from = staticmethod(overview.queue_names)
+    values_from = staticmethod(operations.queue_names)
 
 
 class CappedChangeList(ChangeList):
@@ -225,7 +226,7 @@ class OperatorAdmin(admin.ModelAdmin):
     def report(self, request, done: str, skipped: str = "", truncated: bool = False) -> None:
         """One message per action: what was done ("Requeued 12 jobs."), and what was not."""
         if skipped:
-            messages.warning(request, f"{done} {skipped}")
+            messages.warning(request, format_html("{} {}", done, skipped))
         else:
             messages.success(request, done)
         if truncated:
@@ -333,6 +334,8 @@ class JobRowAdmin(OperatorAdmin):
         response["X-Content-Type-Options"] = "nosniff"
         return response
 
+    created = display.time_field("created_at", "created at")
+
     @admin.display(description="job name")
     def job_name(self, obj):
         return display.short_name(obj.name)
@@ -355,6 +358,10 @@ class JobRowAdmin(OperatorAdmin):
         pk = row_id(object_id)
         if pk is None:
             raise Http404("no such row")
+        if not confirm.confirmed(request, spec, "confirmed"):
+            row = confirm.row_summaries(self, [pk])
+            if row:  # else act_on says the row is gone
+                return confirm.row_confirmation(self, request, spec, row[0])
         return self.act_on(request, pk, spec)
 
     def act_on(self, request, object_id, spec):
@@ -377,7 +384,7 @@ class JobRowAdmin(OperatorAdmin):
             errors = display.error_entries(obj.errors_text)
             context = {
                 "job_errors": errors[::-1],
-                "timeline": display.timeline(obj, errors, dead=self.dead_letters),
+                "timeline": display.timeline(obj, errors, dead_letter=self.dead_letters),
                 "job_actions": [
                     (action, reverse(self.url_name("act"), args=[obj.pk, action.name]))
                     for action in self.actions_for(request, obj)

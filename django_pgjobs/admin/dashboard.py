@@ -7,11 +7,17 @@ needs ``view_job``; dead letters are shown only to users who may view them, and 
 
 from __future__ import annotations
 
+import json
+
+from django.contrib import admin
+from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
+from django.urls import path, reverse
 from django.utils import timezone
 
+from .. import registry
 from ..conf import get_config
-from ..models import DeadLetter, QueueState, Worker
+from ..models import DeadLetter, Job, QueueState, Worker
 from . import display, overview
 from .base import require_view
 from .queues import with_queues_text
@@ -42,32 +48,42 @@ def chart_bars(points, width: int = CHART_WIDTH, height: int = CHART_HEIGHT) -> 
     return {"bars": bars, "peak": peak, "width": width, "height": height}
 
 
-def dashboard_view(model_admin, request):
-    require_view(model_admin, request)
-    registered = model_admin.admin_site._registry
-
-    def may(permission: str, model) -> bool:
-        other = registered.get(model)
-        return bool(other and getattr(other, f"has_{permission}_permission")(request))
-
-    show_dead = may("view", DeadLetter)
-    show_workers = may("view", Worker)
-    connection = model_admin.connection()
-    now = timezone.now()
-    queues, points = overview.queue_overview(connection, dead_letters=show_dead, now=now)
+def worker_rows(model_admin, now, known_queues: set[str]) -> list[dict]:
+    """The dashboard's line of each registered worker: alive (heard from within three
+    heartbeats), last seen, up for, the queues it serves, and those of them no job has used
+    (not in ``known_queues``: a typo on ``runjobs --queue`` idles for ever)."""
     heartbeat = get_config().HEARTBEAT_SECONDS
     workers = []
-    for worker in with_queues_text(model_admin.rows(Worker)) if show_workers else ():
+    for worker in with_queues_text(model_admin.rows(Worker)):
         silent = (now - worker.last_seen_at).total_seconds()
         workers.append(
             {
                 "worker": worker,
                 "alive": silent <= 3 * heartbeat,
-                "last_seen": display.relative(worker.last_seen_at, now),
+                "last_seen": display.when(worker.last_seen_at, now),
                 "up_for": display.duration((now - worker.started_at).total_seconds()),
                 "queues": display.queue_list(worker.queues_text),
+                "unused": unused_queues(worker.queues_text, known_queues),
             }
         )
+    return workers
+
+
+def unused_queues(queues_text: str | None, known: set[str]) -> list[str]:
+    """The queues a worker row names that are not in ``known`` (a hand-made row's unreadable
+    list names none)."""
+    try:
+        names = json.loads(queues_text or "[]")
+    except (ValueError, RecursionError):  # not JSON, or nested past what Python reads
+        return []
+    if not isinstance(names, list):
+        return []
+    return [name for name in names if isinstance(name, str) and name not in known]
+
+
+def queue_rows(queues) -> list[dict]:
+    """The dashboard's line of each queue (``overview.QueueOverview``): its numbers as text and
+    its backlog bar, scaled to the queue with the most live jobs."""
     widest = max((q.live for q in queues), default=0) or 1
     rows = []
     for queue in queues:
@@ -94,9 +110,29 @@ def dashboard_view(model_admin, request):
                 ],
             }
         )
+    return rows
+
+
+def dashboard_view(model_admin, request):
+    require_view(model_admin, request)
+    registered = model_admin.admin_site._registry
+
+    def may(permission: str, model) -> bool:
+        other = registered.get(model)
+        return bool(other and getattr(other, f"has_{permission}_permission")(request))
+
+    show_dead = may("view", DeadLetter)
+    show_workers = may("view", Worker)
+    connection = model_admin.connection()
+    now = timezone.now()
+    queues, points = overview.queue_overview(connection, dead_letters=show_dead, now=now)
+    workers = (
+        worker_rows(model_admin, now, registry.queues_in_use(connection)) if show_workers else []
+    )
+    rows = queue_rows(queues)
     totals = {
         key: sum(getattr(q, key) for q in queues)
-        for key in ("due", "scheduled", "retrying", "running", "lease_expired", "dead")
+        for key in ("due", "scheduled", "retrying", "running", "lease_expired", "dead_letters")
     }
     context = model_admin.page_context(
         request,
@@ -106,7 +142,7 @@ def dashboard_view(model_admin, request):
         workers=workers,
         show_dead=show_dead,
         show_workers=show_workers,
-        dead_capped=any(q.dead_capped for q in queues),
+        dead_letters_capped=any(q.dead_letters_capped for q in queues),
         count_cap=overview.COUNT_CAP,
         workers_alive=sum(1 for w in workers if w["alive"]),
         estimated=any(q.estimated for q in queues),
@@ -122,3 +158,32 @@ def dashboard_view(model_admin, request):
         measured_at=now,
     )
     return TemplateResponse(request, "admin/django_pgjobs/dashboard.html", context)
+
+
+class DashboardEntryAdmin(admin.ModelAdmin):
+    """The "Dashboard" row of the admin index, the app's page and the sidebar (the proxy model
+    ``Dashboard``): shown to whoever may see jobs, it leads to the jobs admin's dashboard."""
+
+    def job_admin(self):
+        return self.admin_site._registry[Job]
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return self.job_admin().has_view_permission(request)
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    def get_urls(self):
+        view = self.admin_site.admin_view(self.changelist_view)
+        name = f"{self.opts.app_label}_{self.opts.model_name}_changelist"
+        return [path("", view, name=name)]
+
+    def changelist_view(self, request, extra_context=None):
+        require_view(self, request)
+        return HttpResponseRedirect(reverse(f"{self.admin_site.name}:django_pgjobs_job_dashboard"))

@@ -13,7 +13,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 
-from . import display, overview
+from . import confirm, display, overview
 from .actions import DEAD_LETTER_ACTIONS, Action, bulk_actions
 from .base import (
     CappedChangeList,
@@ -72,14 +72,14 @@ class DeadLetterChangeList(CappedChangeList):
 
 
 class DeadLetterAdmin(JobRowAdmin):
-    list_display = (
+    list_display = (  # the key columns first: why it died, after how many attempts, when
         "dead_letter_id",
         "job_name",
-        "queue",
         "error_type",
         "short_reason",
         "attempts_of_max",
         "died",
+        "queue",
         "original_job",
     )
     list_display_links = ("dead_letter_id",)
@@ -97,11 +97,12 @@ class DeadLetterAdmin(JobRowAdmin):
         (None, {"fields": ("id", "job_id", "name", "queue", "priority", "unique_key")}),
         (
             "Failure",
-            {"fields": ("reason", "error_type", "attempts_of_max", "created_at", "failed_at")},
+            {"fields": ("reason", "error_type", "attempts_of_max", "created", "failed")},
         ),
         ("Arguments", {"fields": ("arguments", "keyword_arguments")}),
     )
     readonly_fields = flatten_fieldsets(fieldsets)
+    failed = display.time_field("failed_at", "failed at")
 
     # -- list ---------------------------------------------------------------------------------
 
@@ -161,7 +162,8 @@ class DeadLetterAdmin(JobRowAdmin):
             by_type=ranked(by_type),
             by_name=ranked(by_name),
             changelist_url=reverse(self.url_name("changelist")),
-            estimate=overview.table_row_estimates(self.connection()).get("pgjobs_deadletter", 0),
+            total=self.rows()[: overview.COUNT_CAP + 1].count(),  # exact up to the cap
+            count_cap=overview.COUNT_CAP,
         )
         return TemplateResponse(request, "admin/django_pgjobs/deadletter_summary.html", context)
 
@@ -175,19 +177,25 @@ class DeadLetterAdmin(JobRowAdmin):
                 "someone else, or its unique key is held by a ready or running job.",
             )
             return HttpResponseRedirect(reverse(self.url_name("changelist")))
+        messages.success(request, confirm.rows_touched(self, spec.message(1), done, spec.links_to))
         if spec.name == "requeue":
-            messages.success(request, f"Requeued 1 job: job #{done[0]}.")
             job_page = reverse(self.url_name("change", model_name="job"), args=[done[0]])
             return HttpResponseRedirect(job_page)
-        messages.success(request, spec.message(len(done)))
         return HttpResponseRedirect(reverse(self.url_name("changelist")))
 
-    def bulk(self, request, queryset, spec: Action) -> None:
+    def bulk(self, request, queryset, spec: Action):
+        """``spec`` on the selected dead letters; first its confirmation page when it cannot be
+        undone."""
         ids, truncated = self.bulk_ids(queryset)
+        if ids and not confirm.confirmed(request, spec, "post"):
+            return confirm.bulk_confirmation(self, request, spec, sorted(ids))
         done = spec.operation(self.connection(), ids) if ids else []
         skipped = len(ids) - len(done)
         why = ""
         if skipped:
             why = f"{plural(skipped, 'selected dead letter')} {'was' if skipped == 1 else 'were'} "
             why += f"left alone ({GONE})."
-        self.report(request, spec.message(len(done)), why, truncated)
+        # requeue: the new jobs' ids, linked; delete: the ids of the dead letters deleted
+        touched = confirm.rows_touched(self, spec.message(len(done)), sorted(done), spec.links_to)
+        self.report(request, touched, why, truncated)
+        return None

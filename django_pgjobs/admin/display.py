@@ -10,6 +10,7 @@ from datetime import datetime
 from datetime import timezone as dt_timezone
 from typing import Any
 
+from django.contrib import admin
 from django.utils import timezone
 from django.utils.html import format_html
 
@@ -62,17 +63,37 @@ def relative(moment: datetime | None, now: datetime | None = None) -> str:
     return f"in {duration(delta)}" if delta > 0 else f"{duration(delta)} ago"
 
 
-def when(moment: datetime | None) -> str:
-    """Absolute time with the relative one in a tooltip."""
-    if moment is None:
+def when(moment: datetime | str | None, now: datetime | None = None) -> str:
+    """A time as every pgjobs page shows one: how long ago or ahead ("3 min ago"), the exact time
+    in the current time zone on hover ("2026-11-24 05:15:54 CET"). ``moment`` may be the text of
+    an error's time (ISO 8601); text that is no such time is shown as it is."""
+    if moment is None or moment == "":
         return "–"
+    if isinstance(moment, str):
+        parsed = _parse(moment)
+        if parsed is None:
+            return moment
+        moment = parsed
     shown = local(moment)
     return format_html(
         '<time datetime="{}" title="{}">{}</time>',
         shown.isoformat(),
         shown.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        relative(moment),
+        relative(moment, now),
     )
+
+
+def time_field(field: str, description: str):
+    """A ModelAdmin display of the datetime column ``field`` as ``when`` shows it: list it in
+    ``fields`` / ``readonly_fields`` under its own name (``created`` for ``created_at``...) so
+    that detail pages show their times as the lists do, not in Django's long date format."""
+
+    @admin.display(description=description)
+    def show(model_admin, obj):
+        return when(getattr(obj, field))
+
+    show.__name__ = show.__qualname__ = field
+    return show
 
 
 def one_line(text: str | None, limit: int = 120) -> str:
@@ -151,7 +172,9 @@ def queue_list(stored_text: str | None) -> str:
     return compact(stored_text or "null")
 
 
-def timeline(row: Any, errors: list[dict[str, str]], *, dead: bool = False) -> list[dict[str, Any]]:
+def timeline(
+    row: Any, errors: list[dict[str, str]], *, dead_letter: bool = False
+) -> list[dict[str, Any]]:
     """What happened to a job, oldest first: enqueued, each failed attempt (``errors``, from
     ``error_entries``), claims, the end."""
     events: list[dict[str, Any]] = [{"at": row.created_at, "what": "enqueued", "detail": ""}]
@@ -163,7 +186,7 @@ def timeline(row: Any, errors: list[dict[str, str]], *, dead: bool = False) -> l
                 "detail": error_summary(error["type"], error["message"]),
             }
         )
-    if dead:
+    if dead_letter:
         events.append({"at": row.failed_at, "what": "dead-lettered", "detail": row.reason})
         return _sorted(events)
     if row.status == "running" and row.started_at:
@@ -180,7 +203,7 @@ def timeline(row: Any, errors: list[dict[str, str]], *, dead: bool = False) -> l
         events.append({"at": row.finished_at, "what": "succeeded", "detail": ""})
     else:
         label = "retry due" if row.attempts else "due"
-        events.append({"at": row.run_after, "what": label, "detail": relative(row.run_after)})
+        events.append({"at": row.run_after, "what": label, "detail": ""})
     return _sorted(events)
 
 

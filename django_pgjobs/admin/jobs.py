@@ -15,7 +15,7 @@ from django.utils.html import format_html
 from .. import registry
 from ..models import view_condition
 from ..states import Status, View
-from . import display
+from . import confirm, display
 from .actions import JOB_ACTIONS, JOB_ACTIONS_BY_FILTER, Action, bulk_actions
 from .base import CappedChangeList, JobRowAdmin, QueueFilter
 from .dashboard import dashboard_view
@@ -95,17 +95,17 @@ class JobChangeList(CappedChangeList):
 
 
 class JobAdmin(JobRowAdmin):
+    # The key columns first (attempts, last error), and only what the view needs, so the list
+    # fits a laptop's screen with the navigation sidebar open (see ``get_list_display``).
     list_display = (
         "job_id",
         "job_name",
-        "queue",
         "state",
-        "priority",
-        "due",
-        "age",
         "attempts_of_max",
         "last_error",
-        "worker_and_lease",
+        "due",
+        "age",
+        "queue_and_priority",
         "result_kept",
     )
     list_display_links = ("job_id",)
@@ -123,14 +123,14 @@ class JobAdmin(JobRowAdmin):
             "Timing",
             {
                 "fields": (
-                    "created_at",
-                    "run_after",
+                    "created",
+                    "runs_after",
                     "attempts_of_max",
-                    "started_at",
-                    "lease_expires_at",
+                    "started",
+                    "lease_expires",
                     "worker",
-                    "finished_at",
-                    "abort_requested_at",
+                    "finished",
+                    "abort_requested",
                     "abort_requested_by",
                 )
             },
@@ -139,6 +139,11 @@ class JobAdmin(JobRowAdmin):
         ("Result", {"fields": ("keep_result", "kept_result")}),
     )
     readonly_fields = flatten_fieldsets(fieldsets)
+    runs_after = display.time_field("run_after", "run after")
+    started = display.time_field("started_at", "started at")
+    lease_expires = display.time_field("lease_expires_at", "lease expires at")
+    finished = display.time_field("finished_at", "finished at")
+    abort_requested = display.time_field("abort_requested_at", "abort requested at")
 
     # -- list ---------------------------------------------------------------------------------
 
@@ -166,6 +171,13 @@ class JobAdmin(JobRowAdmin):
             return queryset.filter(in_flight)
         return super().search_by_text(queryset, term) | queryset.filter(unique_key=term)
 
+    def get_list_display(self, request):
+        """Whether a result is kept matters for successful jobs only: that view alone shows it."""
+        shown = super().get_list_display(request)
+        if request.GET.get(ViewFilter.parameter_name) == View.SUCCESSFUL:
+            return shown
+        return tuple(name for name in shown if name != "result_kept")
+
     def get_actions(self, request, action_location=None):
         actions = super().get_actions(request, action_location)
         offered = JOB_ACTIONS_BY_FILTER.get(request.GET.get(ViewFilter.parameter_name), ())
@@ -177,7 +189,25 @@ class JobAdmin(JobRowAdmin):
 
     @admin.display(description="state")
     def state(self, obj):
-        return display.badge(obj.view)
+        """The view's badge; for a running job, its worker and its lease under it."""
+        if obj.status != Status.RUNNING:
+            return display.badge(obj.view)
+        expired = obj.lease_expires_at and obj.lease_expires_at < timezone.now()
+        return format_html(
+            '{}<div class="pgjobs-small">{}<br><span class="{}">lease {} {}</span></div>',
+            display.badge(obj.view),
+            obj.worker,
+            "pgjobs-expired" if expired else "pgjobs-quiet",
+            "expired" if expired else "until",
+            display.when(obj.lease_expires_at),
+        )
+
+    @admin.display(description="queue")
+    def queue_and_priority(self, obj):
+        """The queue, and the priority when it is not the default (0)."""
+        if not obj.priority:
+            return obj.queue
+        return format_html('{}<div class="pgjobs-small">priority {}</div>', obj.queue, obj.priority)
 
     @admin.display(description="due")
     def due(self, obj):
@@ -193,19 +223,6 @@ class JobAdmin(JobRowAdmin):
     def last_error(self, obj):
         # annotated by JobChangeList: NULL where the last entry is no object with these keys
         return display.error_summary(obj.last_error_type, obj.last_error_message, 100)
-
-    @admin.display(description="worker / lease")
-    def worker_and_lease(self, obj):
-        if obj.status != "running":
-            return ""
-        expired = obj.lease_expires_at and obj.lease_expires_at < timezone.now()
-        return format_html(
-            '{}<br><span class="{}">lease {} {}</span>',
-            obj.worker,
-            "pgjobs-expired" if expired else "pgjobs-quiet",
-            "expired" if expired else "until",
-            display.relative(obj.lease_expires_at),
-        )
 
     @admin.display(description="result", boolean=True)
     def result_kept(self, obj):
@@ -245,28 +262,34 @@ class JobAdmin(JobRowAdmin):
         if not done:
             messages.warning(request, f"Job #{job.pk} changed meanwhile; nothing was done.")
             return HttpResponseRedirect(page)
-        messages.success(request, spec.message(len(done)))
+        messages.success(request, confirm.rows_touched(self, spec.message(1), done, spec.links_to))
         if spec.name == "cancel":
             return HttpResponseRedirect(reverse(self.url_name("changelist")))
         return HttpResponseRedirect(page)
 
-    def bulk(self, request, queryset, spec: Action) -> None:
+    def bulk(self, request, queryset, spec: Action):
+        """``spec`` on the selected jobs it is valid for; first its confirmation page when it
+        cannot be undone."""
         ids, truncated = self.bulk_ids(queryset)
         eligible = list(
             self.rows()
             .filter(id__in=ids)
             .filter(_views_q(spec.views))
-            .order_by()
+            .order_by("id")
             .values_list("id", flat=True)
         )
+        if eligible and not confirm.confirmed(request, spec, "post"):
+            return confirm.bulk_confirmation(
+                self, request, spec, eligible, len(ids) - len(eligible)
+            )
         done = spec.apply(self.connection(), eligible, request) if eligible else []
-        views = ", ".join(sorted(spec.views))
         self.report(
             request,
-            spec.message(len(done)),
-            spec.skipped(len(ids) - len(done), f"only {views} jobs qualify"),
+            confirm.rows_touched(self, spec.message(len(done)), sorted(done), spec.links_to),
+            spec.skipped(len(ids) - len(done), f"only {spec.valid_for} jobs qualify"),
             truncated,
         )
+        return None
 
 
 def _views_q(views) -> Q:

@@ -13,8 +13,8 @@ Counting
 Rates
     Throughput is the jobs succeeded in the last ``THROUGHPUT_MINUTES`` minutes of statistics,
     the current one included, divided by the time those minutes span so far (4 min 30 s at
-    half past the minute, not 5 min). The failure rate is failed attempts (retried or dead) over
-    all finished attempts of the last hour.
+    half past the minute, not 5 min). The failure rate is failed attempts (retried or
+    dead-lettered) over all finished attempts of the last hour.
 
 Wait
     Percentiles of the last ``RECENT_MINUTES`` minutes, interpolated inside a bucket of
@@ -75,9 +75,9 @@ class QueueOverview:
     lease_expired: int = 0
     estimated: bool = False  # due and scheduled are planner estimates (big table)
     retrying_capped: bool = False  # more than COUNT_CAP retrying jobs
-    dead: int = 0
-    dead_capped: bool = False  # more than COUNT_CAP dead letters
-    dead_last_hour: int = 0
+    dead_letters: int = 0
+    dead_letters_capped: bool = False  # more than COUNT_CAP dead letters
+    dead_letters_last_hour: int = 0
     oldest_due: datetime | None = None
     oldest_due_seconds: float | None = None
     wait_p95: float | None = None
@@ -103,10 +103,6 @@ class QueueOverview:
         return self.failed_60m / attempts if attempts else None
 
 
-def queue_names(connection) -> list[str]:
-    return [row["name"] for row in db.execute(connection, "job_queue_names")]
-
-
 def queue_overview(
     connection, dead_letters: bool = True, now: datetime | None = None
 ) -> tuple[list[QueueOverview], list[tuple[datetime, int, int]]]:
@@ -121,7 +117,7 @@ def queue_overview(
             queues[name] = QueueOverview(name)
         return queues[name]
 
-    names = queue_names(connection)
+    names = operations.queue_names(connection)
     for name in names:
         get(name)
     for name in operations.paused_queues(connection):
@@ -141,10 +137,21 @@ def queue_overview(
         params = {"queues": names, "cap": COUNT_CAP + 1}
         for row in db.execute(connection, "dead_letters_by_queue", params):
             overview = get(row["queue"])
-            overview.dead, overview.dead_capped = capped(row["dead"])
-            overview.dead_last_hour = row["dead_last_hour"]
+            overview.dead_letters, overview.dead_letters_capped = capped(row["dead_letters"])
+            overview.dead_letters_last_hour = row["dead_letters_last_hour"]
 
-    measured_at = now or timezone.now()
+    chart, throughput_seconds = _read_statistics(connection, get, now or timezone.now())
+    for overview in queues.values():
+        overview.throughput_seconds = throughput_seconds
+    ordered = [queues[name] for name in sorted(queues)]
+    return ordered, chart
+
+
+def _read_statistics(connection, get, measured_at: datetime):
+    """Add the workers' per-minute statistics to the overviews (``get(name)``): throughput, the
+    last hour's successes and failures, the wait percentiles. Returns the chart's minutes
+    (minute, succeeded, failed) of all queues, oldest first, empty minutes included, and the
+    time the throughput's minutes span so far."""
     this_minute = measured_at.replace(second=0, microsecond=0)
     first_minute = this_minute - timedelta(minutes=CHART_MINUTES - 1)
     throughput_since = this_minute - timedelta(minutes=THROUGHPUT_MINUTES - 1)
@@ -155,7 +162,7 @@ def queue_overview(
     for row in rows:
         overview = get(row["queue"])
         age_minutes = (this_minute - row["minute"]).total_seconds() / 60
-        failed = row["retried"] + row["dead"]
+        failed = row["retried"] + row["dead_lettered"]
         overview.succeeded_60m += row["succeeded"]
         overview.failed_60m += failed
         if age_minutes < THROUGHPUT_MINUTES:
@@ -169,14 +176,11 @@ def queue_overview(
             bar[0] += row["succeeded"]
             bar[1] += failed
     for name, buckets in waits.items():
-        overview = queues[name]
+        overview = get(name)
         overview.wait_samples = sum(buckets)
         overview.wait_p95 = percentile(buckets, 0.95)
         overview.wait_p99 = percentile(buckets, 0.99)
-    for overview in queues.values():
-        overview.throughput_seconds = throughput_seconds
-    ordered = [queues[name] for name in sorted(queues)]
-    return ordered, [(minute, s, f) for minute, (s, f) in chart.items()]
+    return [(minute, s, f) for minute, (s, f) in chart.items()], throughput_seconds
 
 
 def _count_big_queues(connection, overviews: list[QueueOverview]) -> None:

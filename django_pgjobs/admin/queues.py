@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from .. import db, operations
 from ..conf import get_config
-from . import display, overview, values
+from . import display, values
 from .base import OperatorAdmin, plural, refuse_mutation, safe_next
 
 
@@ -82,8 +82,9 @@ class WorkerAdmin(OperatorAdmin):
         "alive",
     )
     ordering = ("hostname", "pid")
-    fields = ("id", "hostname", "pid", "serves", "concurrency", "started_at", "last_seen_at")
+    fields = ("id", "hostname", "pid", "serves", "concurrency", "started", "last_seen")
     readonly_fields = fields
+    started = display.time_field("started_at", "started at")
 
     def get_queryset(self, request):
         return with_queues_text(super().get_queryset(request))
@@ -117,7 +118,7 @@ def set_queue_paused(connection, name: str | None, paused: bool) -> None:
     a queue some row already names (``a/b``, written around the API): pausing is how an
     operator stops it. Another such name raises ``ValueError``: a mistyped or forged name
     makes no new queue."""
-    if isinstance(name, str) and name in overview.queue_names(connection):
+    if isinstance(name, str) and name in operations.queue_names(connection):
         db.execute(connection, "set_queue_paused", {"name": name, "paused": paused})  # same SQL
     else:
         operations.set_queue_paused(connection, name, paused)

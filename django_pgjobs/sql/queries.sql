@@ -182,16 +182,22 @@ WITH completed AS ({{complete_jobs}}),
 WITH completed AS ({{complete_jobs_retained}}),
 {{claimed_then_completed}};
 
+-- name: complete_with_results_and_claim_jobs
+-- complete_and_claim_jobs for jobs that keep their result (complete_jobs_with_results).
+WITH completed AS ({{complete_jobs_with_results}}),
+{{claimed_then_completed}};
+
 -- part: claimed_then_completed
 -- The end of the acknowledge-and-claim statements, after their `completed` CTE. Both CTEs see
 -- one snapshot and touch disjoint rows (completed: running, claimed: ready). Output: one row per
--- claimed job, then one row (id NULL) whose `completed` holds the ids acknowledged; a missing
--- id was no longer held under its token.
+-- claimed job, then one row whose `completed` holds the ids acknowledged (a missing id was no
+-- longer held under its token) and whose claim columns are all NULL: the claim's own columns,
+-- from a join that matches no row, so a column added to the claim's RETURNING is here too.
 claimed AS ({{claim_jobs}})
 SELECT claimed.*, NULL::bigint[] AS completed FROM claimed
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, ARRAY(SELECT id FROM completed);
+SELECT claimed.*, ARRAY(SELECT id FROM completed)
+FROM (SELECT) AS acknowledged LEFT JOIN claimed ON false;
 
 -- name: retry_job
 -- Put a failed job back to 'ready' after `delay_seconds`, appending the error; fenced. A job
@@ -216,7 +222,7 @@ WITH moved AS (
     RETURNING *, %(reason)s::text AS reason, %(error_type)s::text AS error_type,
               %(error)s::jsonb AS error, started_at IS NULL AS unrecorded_start
 )
-{{bury_moved}};
+{{dead_letter_moved}};
 
 -- name: dead_letter_aborted
 -- Move one job whose attempt ended as aborted to pgjobs_deadletter (error type 'Aborted'), with
@@ -234,9 +240,9 @@ WITH moved AS (
               'Aborted'::text AS error_type, %(error)s::jsonb AS error,
               started_at IS NULL AS unrecorded_start
 )
-{{bury_moved}};
+{{dead_letter_moved}};
 
--- part: bury_moved
+-- part: dead_letter_moved
 -- Insert the rows of the CTE `moved` (deleted pgjobs_job rows plus `reason`, `error_type`,
 -- `error`, a one-element jsonb array appended to their errors, and `unrecorded_start`: the
 -- attempt ending was a held job's whose start was not recorded yet, set here) into
@@ -261,6 +267,22 @@ SET status = 'ready', attempts = j.attempts - 1,
     claim_token = NULL, lease_expires_at = NULL, worker = ''
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS handed(id, token)
 WHERE j.id = handed.id AND j.claim_token = handed.token AND j.status = 'running'
+RETURNING j.id;
+
+-- name: defer_unknown_jobs
+-- Hand back claimed jobs this worker does not know (a later release may), attempt not spent and
+-- start forgotten, due again `delay` seconds from now: only those enqueued less than
+-- `grace_seconds` ago (UNKNOWN_JOB_GRACE_SECONDS); the others are not returned (dead-lettered).
+UPDATE pgjobs_job AS j
+SET status = 'ready', attempts = j.attempts - 1,
+    run_after = now() + %(delay)s * interval '1 second',
+    started_at = NULL,
+    first_started_at = CASE WHEN j.first_started_at = j.started_at THEN NULL
+                            ELSE j.first_started_at END,
+    claim_token = NULL, lease_expires_at = NULL, worker = ''
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS handed(id, token)
+WHERE j.id = handed.id AND j.claim_token = handed.token AND j.status = 'running'
+  AND j.created_at > now() - %(grace_seconds)s * interval '1 second'
 RETURNING j.id;
 
 -- name: extend_leases
@@ -314,7 +336,7 @@ moved AS (
               CASE WHEN expired.started THEN expired.error ELSE '[]'::jsonb END AS error,
               false AS unrecorded_start
 ),
-buried AS ({{bury_moved}}),
+dead_lettered AS ({{dead_letter_moved}}),
 requeued AS (
     UPDATE pgjobs_job AS j
     SET status = 'ready', claim_token = NULL, lease_expires_at = NULL, worker = '',
@@ -327,7 +349,7 @@ requeued AS (
     RETURNING j.id, expired.started
 )
 SELECT (SELECT count(*) FROM requeued WHERE started) AS requeued,
-       (SELECT count(*) FROM buried) AS buried,
+       (SELECT count(*) FROM dead_lettered) AS dead_lettered,
        (SELECT count(*) FROM requeued WHERE NOT started) AS returned;
 
 -- name: prune_succeeded
@@ -383,13 +405,15 @@ VALUES (%(id)s, %(hostname)s, %(pid)s, %(queues)s::jsonb, %(concurrency)s, now()
 ON CONFLICT (id) DO UPDATE SET last_seen_at = now();
 
 -- name: touch_worker
--- Worker heartbeat in the registry; also forgets workers silent for `forget_seconds`.
+-- Worker heartbeat in the registry; also forgets workers silent for `forget_seconds` (their
+-- ids returned).
 WITH touched AS (
     UPDATE pgjobs_worker SET last_seen_at = now() WHERE id = %(id)s RETURNING id
 )
 DELETE FROM pgjobs_worker
 WHERE last_seen_at < now() - %(forget_seconds)s * interval '1 second'
-  AND id NOT IN (SELECT id FROM touched);
+  AND id NOT IN (SELECT id FROM touched)
+RETURNING id;
 
 -- name: unregister_worker
 -- Remove a worker from the registry when it stops.
@@ -512,14 +536,14 @@ SELECT ARRAY(SELECT id FROM cancelled) AS cancelled, ARRAY(SELECT id FROM reques
 -- name: record_queue_stats
 -- Add one worker's counts of the last few seconds to the current minute of each queue. One
 -- statement per flush; queues arrive sorted so concurrent workers lock rows in the same order.
-INSERT INTO pgjobs_stat (queue, minute, succeeded, retried, dead, wait_buckets)
+INSERT INTO pgjobs_stat (queue, minute, succeeded, retried, dead_lettered, wait_buckets)
 SELECT q, date_trunc('minute', now()), s, r, d, w::int[]
-FROM unnest(%(queues)s::text[], %(succeeded)s::int[], %(retried)s::int[], %(dead)s::int[],
+FROM unnest(%(queues)s::text[], %(succeeded)s::int[], %(retried)s::int[], %(dead_lettered)s::int[],
             %(waits)s::text[]) AS counts(q, s, r, d, w)
 ON CONFLICT (queue, minute) DO UPDATE
 SET succeeded = pgjobs_stat.succeeded + EXCLUDED.succeeded,
     retried = pgjobs_stat.retried + EXCLUDED.retried,
-    dead = pgjobs_stat.dead + EXCLUDED.dead,
+    dead_lettered = pgjobs_stat.dead_lettered + EXCLUDED.dead_lettered,
     wait_buckets = ARRAY(
         SELECT COALESCE(a, 0) + COALESCE(b, 0)
         FROM unnest(pgjobs_stat.wait_buckets, EXCLUDED.wait_buckets) AS pair(a, b)
@@ -531,7 +555,7 @@ DELETE FROM pgjobs_stat WHERE minute < now() - %(keep_seconds)s * interval '1 se
 
 -- name: queue_stats_since
 -- Per-minute statistics of every queue since `since` (the dashboard's rates and chart).
-SELECT queue, minute, succeeded, retried, dead, wait_buckets
+SELECT queue, minute, succeeded, retried, dead_lettered, wait_buckets
 FROM pgjobs_stat
 WHERE minute >= %(since)s
 ORDER BY minute, queue;
@@ -611,9 +635,9 @@ GROUP BY q.name;
 -- the second reads the last hour only, so the cost does not grow with the dead-letter history.
 SELECT q.name AS queue,
        (SELECT count(*) FROM (SELECT 1 FROM pgjobs_deadletter AS d
-                              WHERE d.queue = q.name LIMIT %(cap)s) AS capped) AS dead,
+                              WHERE d.queue = q.name LIMIT %(cap)s) AS capped) AS dead_letters,
        (SELECT count(*) FROM pgjobs_deadletter AS d
-        WHERE d.queue = q.name AND d.failed_at > now() - interval '1 hour') AS dead_last_hour
+        WHERE d.queue = q.name AND d.failed_at > now() - interval '1 hour') AS dead_letters_last_hour
 FROM unnest(%(queues)s::text[]) AS q(name);
 
 -- name: dead_letter_groups

@@ -3,15 +3,23 @@
 Summary
     One dispatcher thread claims batches sized to free execution slots and hands them to
     ``concurrency`` executor threads (``async def`` jobs: to one event loop thread running up to
-    ``async_concurrency`` of them, each with its own ORM lane); it acknowledges successes in batches, records failures
-    (retry with backoff, or dead letter) and runs the maintenance units (lease heartbeat,
-    registry touch, rescue and prune, metrics flush). A listener thread (when ``LISTEN_NOTIFY``
+    ``async_concurrency`` of them, each with its own ORM lane); it acknowledges successes in
+    batches, records failures (retry with backoff, or dead letter) and runs the maintenance
+    units (timeout watch, metrics flush, lease heartbeat, registry touch, rescue, prune, stats
+    log). A listener thread (when ``LISTEN_NOTIFY``
     is on) wakes it as soon as a job is enqueued and passes on aborts requested (``aborts.py``;
     the heartbeat does too). ``docs/explanation/worker.md`` walks through the parts.
 
 Usage
     ``Worker(queues=["emails"], concurrency=8).run()`` returns the exit code. Tests call
     ``run()`` in-process with ``burst=True``; ``runjobs`` is a thin shell over it.
+
+Structure
+    ``Worker`` (``loop.py``) is the composition root: it validates one ``WorkerOptions``
+    (``options.py``) and builds each part with only the collaborators it uses, typed; no part
+    holds the ``Worker``. The dispatcher's own state (held jobs, counts, thread owner) is one
+    ``DispatcherState`` (``state.py``); the claim is ``Claimer`` (``claiming.py``); each
+    periodic duty is a ``MaintenanceUnit`` with a frozen config and ``run_once()``.
 
 Options (defaults)
     ``queues`` (None: all), ``concurrency`` (1; ``runjobs``: 4), ``async_concurrency`` (None:
@@ -22,9 +30,10 @@ Options (defaults)
 
 Thread ownership
     - The dispatcher thread (the one calling ``run()``) owns the jobs connection
-      (``Worker.db``), the held jobs (``Worker.held``), the acknowledgements (``Worker.acks``),
-      the stats and metrics counts, and runs the failure policy, the maintenance units and the
-      shutdown steps. ``Worker.owner.check()`` raises ``WrongThread`` from any other thread.
+      (``DispatcherDatabase``), the ``DispatcherState`` (held jobs, stats and metrics counts),
+      the acknowledgements, and runs the claim, the failure policy, the maintenance units and
+      the shutdown steps. ``DispatcherState.owner.check()`` raises ``WrongThread`` from any
+      other thread.
     - Each executor thread owns its thread-local connections (``ExecutorConnections``); the
       dispatcher only reads which job one runs and its server pids, to end abandoned jobs.
     - The listener thread owns its own thread-local connection, in LISTEN.
@@ -32,8 +41,8 @@ Thread ownership
       lanes (``lanes.py``): each running async job's ORM queries run on a lane thread of its
       own, whose connections get an executor's hygiene. The dispatcher reads which async jobs
       run, cancels one through ``cancel_async()``, and reads a lane's job and server pids.
-    - Everything else crosses threads as messages on ``Worker.events`` (executors and listener
-      to dispatcher) and ``(job, definition)`` items on the executor pool's to-do queue
+    - Everything else crosses threads as messages on the dispatcher's ``Inbox`` (executors and
+      listener to dispatcher) and ``(job, definition)`` items on the executor pool's to-do queue
       (dispatcher to executors); a stop request is a ``StopState`` any thread may set.
 
 Guarantees
@@ -55,24 +64,21 @@ Instrumentation
 """
 
 from .acks import ACK_DELAY_SECONDS
+from .claiming import ECHO_POLL_SECONDS
 from .connections import ExecutorConnections
 from .faults import CONNECTION_ERRORS, TRANSIENT_SQLSTATE_CLASSES, TRANSIENT_SQLSTATES
 from .listener import NOTIFY_CHANNEL
-from .loop import ECHO_POLL_SECONDS, Worker
+from .loop import Worker
+from .options import WorkerOptions
 from .outcomes import (
     ConnectionClosedByJob,
     LeaseLost,
-    LostLease,
     RolledBack,
     Stats,
     TransactionLeftOpen,
 )
 from .ownership import WrongThread
 from .stopping import FORCED_EXIT_SECONDS
-
-# The names these had when the worker was one module.
-_LostLease = LostLease
-_ExecutorConnections = ExecutorConnections
 
 __all__ = [
     "ACK_DELAY_SECONDS",
@@ -89,5 +95,6 @@ __all__ = [
     "Stats",
     "TransactionLeftOpen",
     "Worker",
+    "WorkerOptions",
     "WrongThread",
 ]

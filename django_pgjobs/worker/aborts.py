@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..errors import Aborted
+from .executors import ExecutorPool
+from .state import DispatcherState
 
 logger = logging.getLogger("django_pgjobs.worker")
 
@@ -35,20 +37,20 @@ def parse_notice(payload: str) -> AbortNotice | None:
         return None  # not ours: a NOTIFY on the channel by something else
 
 
-def mark_aborted(worker, job_ids: Iterable[int]) -> int:
+def mark_aborted(state: DispatcherState, executors: ExecutorPool, job_ids: Iterable[int]) -> int:
     """(Dispatcher.) Mark the held jobs among ``job_ids`` as abort requested; returns how many
     were newly marked. Ids this worker does not hold are someone else's (or finished)."""
-    worker.owner.check()
+    state.owner.check()
     marked = 0
     for job_id in job_ids:
-        job = worker.held.get(job_id)
+        job = state.held.get(job_id)
         if job is None or job.abort_requested:
             continue
         job.abort_requested = True
         marked += 1
         # an async job's task is cancelled now; its outcome is then a failure with this error
         error = Aborted(f"job #{job.id} was cancelled: its abort was requested")
-        cancelled = worker.executors.cancel_async(job, error)
+        cancelled = executors.cancel_async(job, error)
         logger.warning(
             "job %s #%s: abort requested%s",
             job.name,

@@ -1,12 +1,11 @@
 """Acknowledgements: successes of non-atomic jobs, sent in batches.
 
 A finished job's acknowledgement waits up to ``ACK_DELAY_SECONDS`` to share a statement with
-others, or rides on the next claim (``complete_and_claim_jobs``). A worker killed meanwhile
-loses nothing: the job runs again after its lease. Jobs that keep their result
-(``keep_result``) wait in a list of their own and go in a statement that stores the return values
-(``complete_jobs_with_results``), sent before the claim; the other jobs' path is unchanged.
-Dispatcher thread only. See
-``docs/explanation/worker.md``.
+others, or rides on the next claim (``operations.complete(..., claim=...)``). A worker killed
+meanwhile loses nothing: the job runs again after its lease. Jobs that keep their result
+(``keep_result``) wait in a list of their own and go in a statement that stores the return
+values (``operations.complete(..., results=...)``), sent before the claim. Dispatcher thread
+only. See ``docs/explanation/worker.md``.
 """
 
 from __future__ import annotations
@@ -16,6 +15,8 @@ import time
 
 from .. import operations
 from ..operations import ClaimedJob
+from .faults import DispatcherDatabase
+from .state import DispatcherState
 
 logger = logging.getLogger("django_pgjobs.worker")
 
@@ -23,8 +24,10 @@ ACK_DELAY_SECONDS = 0.05
 
 
 class Acknowledgements:
-    def __init__(self, worker) -> None:
-        self.worker = worker
+    def __init__(self, db: DispatcherDatabase, state: DispatcherState, batch_size: int) -> None:
+        self.db = db
+        self.state = state
+        self.batch_size = batch_size
         self.pending: list[ClaimedJob] = []
         self.with_results: list[tuple[ClaimedJob, str]] = []  # (job, return value as JSON)
         self.oldest_since = 0.0  # when the oldest unsent acknowledgement was queued
@@ -34,7 +37,7 @@ class Acknowledgements:
 
     def add(self, job: ClaimedJob, result: str | None = None) -> None:
         """``result``: the return value as JSON, for a job that keeps it."""
-        self.worker.owner.check()
+        self.state.owner.check()
         if not len(self):
             self.oldest_since = time.monotonic()
         if job.keep_result:
@@ -47,8 +50,8 @@ class Acknowledgements:
         cannot grow), or when the oldest has waited ``ACK_DELAY_SECONDS``."""
         waiting = len(self)
         return bool(waiting) and (
-            waiting >= self.worker.batch_size
-            or waiting == len(self.worker.held)
+            waiting >= self.batch_size
+            or waiting == len(self.state.held)
             or time.monotonic() - self.oldest_since >= ACK_DELAY_SECONDS
         )
 
@@ -60,7 +63,7 @@ class Acknowledgements:
         """Send the pending acknowledgements in one statement (two with results)."""
         if self.pending:
             batch = self.pending
-            self.sent(batch, operations.complete_jobs(self.worker.db.connection(), batch))
+            self.sent(batch, operations.complete(self.db.connection(), batch).ids)
         self.flush_results()
 
     def flush_results(self) -> None:
@@ -68,7 +71,7 @@ class Acknowledgements:
         if self.with_results:
             jobs = [job for job, _ in self.with_results]
             results = [result for _, result in self.with_results]
-            done = operations.complete_jobs_with_results(self.worker.db.connection(), jobs, results)
+            done = operations.complete(self.db.connection(), jobs, results=results).ids
             self.with_results = []
             self.settle(jobs, done)
 
@@ -81,15 +84,15 @@ class Acknowledgements:
     def settle(self, batch: list[ClaimedJob], done: set[int]) -> None:
         """Count a sent batch: ``done`` holds the ids the database completed (claim token still
         ours); the others had lost their lease."""
-        worker = self.worker
-        worker.owner.check()
+        state = self.state
+        state.owner.check()
         for job in batch:
-            worker.finish(job)
+            state.finished(job)
             if job.id in done:
-                worker.stats.succeeded += 1
-                worker.metrics.succeeded(job)
+                state.stats.succeeded += 1
+                state.metrics.succeeded(job)
             else:
-                worker.stats.lost += 1
+                state.stats.lost += 1
                 logger.warning(
                     "job %s #%s succeeded but its lease was lost before the acknowledgement; "
                     "another worker may run it again",

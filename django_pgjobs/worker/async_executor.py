@@ -26,13 +26,12 @@ import threading
 import time
 
 from .. import registry, signals
-from ..conf import get_config
 from ..context import reset_current_job, set_current_job
 from ..operations import ClaimedJob
 from ..payload import dump_result
 from .async_pool import JobCallPool
 from .lanes import Lane, LanePool, bind, unbind
-from .outcomes import Failed, HandBack, Succeeded, TransactionLeftOpen, send
+from .outcomes import Failed, HandBack, Inbox, Succeeded, TransactionLeftOpen, send
 
 logger = logging.getLogger("django_pgjobs.worker")
 
@@ -40,8 +39,9 @@ TICK_SECONDS = 0.5
 
 
 class AsyncExecutor:
-    def __init__(self, worker) -> None:
-        self.worker = worker
+    def __init__(self, inbox: Inbox, sender: type, max_result_bytes: int) -> None:
+        self.inbox = inbox  # outcomes go there
+        self.sender = sender  # of the signals sent
         self.loop: asyncio.AbstractEventLoop | None = None
         self.thread: threading.Thread | None = None
         # attempt (``attempt_of``) -> (job, task) of the jobs running now: written on the loop
@@ -59,7 +59,7 @@ class AsyncExecutor:
         # by a pool thread while the job runs, taken when it ends (both under _lock)
         self.left_open_in_pool: dict[tuple, TransactionLeftOpen] = {}
         self.last_tick = time.monotonic()  # the loop's last sign of life (read by the dispatcher)
-        self.max_result_bytes = get_config().MAX_PAYLOAD_BYTES  # kept results: as arguments
+        self.max_result_bytes = max_result_bytes  # kept results: as arguments
         self._ready = threading.Event()
 
     @property
@@ -212,20 +212,20 @@ class AsyncExecutor:
             # a lane whose check did not run (cancelled meanwhile), or that still runs a call of
             # this job, may hold a transaction: it serves no other job
             self.lanes.give_back(lane, reusable=checked and lane.idle())
-        self.worker.events.put(result)
+        self.inbox.put(result)
 
     async def _before_job(self, job: ClaimedJob, lane: Lane) -> None:
         """Close what is unusable on the lane, and send ``job_started`` there, where its
         receivers may use the ORM as they do on an executor thread. A trip to the lane's thread
         only when it holds a connection or someone listens: else nothing is open to check."""
-        if lane.orm_open() or signals.job_started.has_listeners(self.worker.sender):
+        if lane.orm_open() or signals.job_started.has_listeners(self.sender):
             await self.loop.run_in_executor(lane, self._prepare_lane, job, lane)
         elif lane.orm is not None:
             lane.orm.before_job(job)  # no connection open: resets its notes, runs no statement
 
     def _prepare_lane(self, job: ClaimedJob, lane: Lane) -> None:
         lane.orm.before_job(job)
-        send(signals.job_started, self.worker.sender, job=job)
+        send(signals.job_started, self.sender, job=job)
 
     def _cancellation(self, job: ClaimedJob, error: BaseException) -> BaseException:
         cancelled = self.cancelled.get(attempt_of(job))

@@ -13,33 +13,49 @@ import logging
 import queue as queue_module
 import threading
 import time
+from collections.abc import Callable
 
 from django.db import DatabaseError, connections, transaction
 
 from .. import operations, registry, signals
-from ..conf import get_config
 from ..context import reset_current_job, set_current_job
 from ..operations import ClaimedJob
 from ..payload import dump_result
 from .async_executor import AsyncExecutor
 from .connections import ExecutorConnections, check_transaction_kept
-from .outcomes import Failed, HandBack, LeaseLost, LostLease, Succeeded, send
+from .outcomes import Failed, HandBack, Inbox, LeaseLost, Succeeded, Superseded, send
+from .starts import PendingStarts
 
 logger = logging.getLogger("django_pgjobs.worker")
 
 
 class ExecutorPool:
-    def __init__(self, worker) -> None:
-        self.worker = worker
-        self.alias = worker.alias
+    def __init__(
+        self,
+        *,
+        alias: str,
+        concurrency: int,
+        inbox: Inbox,
+        starts: PendingStarts,
+        sender: type,
+        request_stop: Callable[[], None],
+        max_result_bytes: int,
+    ) -> None:
+        self.alias = alias
+        self.concurrency = concurrency
+        self.inbox = inbox  # outcomes go there
+        self.starts = starts  # held jobs' starts go there
+        self.sender = sender  # of the signals sent
+        self.request_stop = request_stop  # (any thread) a job raised KeyboardInterrupt
+        self.max_result_bytes = max_result_bytes  # kept results: as arguments
         self.todo: queue_module.Queue = queue_module.Queue()  # dispatcher puts, executors take
         self.threads: list[threading.Thread] = []
         self.connections: list[ExecutorConnections] = []  # one per executor thread
-        self.async_executor = AsyncExecutor(worker)  # its thread starts with the first async job
-        self.max_result_bytes = get_config().MAX_PAYLOAD_BYTES  # kept results: as arguments
+        # its thread starts with the first async job
+        self.async_executor = AsyncExecutor(inbox, sender, max_result_bytes)
 
     def start(self) -> None:
-        for _ in range(self.worker.concurrency):
+        for _ in range(self.concurrency):
             self._start_thread()
 
     def _start_thread(self) -> None:
@@ -115,7 +131,7 @@ class ExecutorPool:
 
     def close(self) -> None:
         """Tell every executor to exit once it is idle; cancel the async jobs still running."""
-        for _ in range(self.worker.concurrency):
+        for _ in range(self.concurrency):
             self.todo.put(None)
         self.async_executor.close()
 
@@ -134,12 +150,12 @@ class ExecutorPool:
                     own.before_job(job)
                     refused = self._record_start_first(job)
                     if refused is not None:
-                        self.worker.events.put(refused)
+                        self.inbox.put(refused)
                         continue
                     if job.held:  # started now: the dispatcher records it
-                        self.worker.starts.started(job, time.monotonic())
+                        self.starts.started(job, time.monotonic())
                     result = self._execute(job, definition)
-                    self.worker.events.put(self._settle_connections(own, result))
+                    self.inbox.put(self._settle_connections(own, result))
                     if own.retired:  # timed out: a new executor has taken this one's place
                         return
         finally:
@@ -177,7 +193,7 @@ class ExecutorPool:
         return result
 
     def _execute(self, job: ClaimedJob, definition: registry.JobDefinition):
-        send(signals.job_started, self.worker.sender, job=job)
+        send(signals.job_started, self.sender, job=job)
         started = time.monotonic()
         if job.timeout is not None:
             job.deadline = started + job.timeout
@@ -191,9 +207,9 @@ class ExecutorPool:
                     check_transaction_kept(connection)
                     if job.keep_result:  # not JSON: raises, the job's writes roll back
                         result = dump_result(value, self.max_result_bytes)
-                        done = operations.complete_jobs_with_results(connection, [job], [result])
+                        done = operations.complete(connection, [job], results=[result]).ids
                     else:
-                        done = operations.complete_jobs(connection, [job])
+                        done = operations.complete(connection, [job]).ids
                     if job.id not in done:
                         raise LeaseLost()
                 return Succeeded(job, time.monotonic() - started, acked=True)
@@ -203,10 +219,10 @@ class ExecutorPool:
                 return Succeeded(job, time.monotonic() - started, result=result)
             return Succeeded(job, time.monotonic() - started)
         except LeaseLost:
-            return LostLease(job)
+            return Superseded(job)
         except KeyboardInterrupt as error:
             logger.warning("job %s #%s raised KeyboardInterrupt: shutting down", job.name, job.id)
-            self.worker.request_stop()
+            self.request_stop()
             return Failed(job, error, time.monotonic() - started)
         except BaseException as error:  # noqa: B036 - SystemExit from a job is a failure, too
             return Failed(job, error, time.monotonic() - started)

@@ -48,3 +48,23 @@ class AdaptivePrefetch:
         slowest = max(self.average[name] for name in recent)
         wanted = int(TARGET_SECONDS * concurrency / max(slowest, 1e-6))
         return max(0, min(wanted, MAX_HELD - concurrency))
+
+
+class Prefetch:
+    """How many jobs to hold beyond the executors now: ``fixed`` (``--prefetch``), or adaptive
+    when that is None (``adaptive`` then learns from the durations observed)."""
+
+    def __init__(self, fixed: int | None, concurrency: int) -> None:
+        self.fixed = fixed
+        self.concurrency = concurrency
+        self.adaptive = AdaptivePrefetch() if fixed is None else None
+
+    def current(self) -> int:
+        if self.adaptive is None:
+            return self.fixed
+        return self.adaptive.prefetch(self.concurrency)
+
+    def observe(self, name: str, seconds: float) -> None:
+        """A job of ``name`` ran for ``seconds``."""
+        if self.adaptive is not None:
+            self.adaptive.observe(name, seconds)

@@ -2,8 +2,8 @@
 at once of aborts requested (``aborts.py``).
 
 It holds its own connection (thread-local, in LISTEN ``pgjobs`` and ``pgjobs_abort``), touches
-nothing else, and speaks to the dispatcher only through ``Worker.wake()`` (an event plus a
-message on the events queue) and ``AbortNotice`` messages on that queue. It never dies: a lost connection is re-opened with a doubling back-off, and a wake is
+nothing else, and speaks to the dispatcher only through its ``Inbox``: ``wake()`` and
+``AbortNotice`` messages. It never dies: a lost connection is re-opened with a doubling back-off, and a wake is
 sent after each (re)connection for what was enqueued while it was not listening.
 """
 
@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 
 from django.db import connections
 
 from .aborts import ABORT_CHANNEL, parse_notice
 from .faults import FIRST_WAIT_SECONDS, next_wait
-from .outcomes import one_line
+from .outcomes import Inbox, one_line
+from .stopping import StopState
 
 logger = logging.getLogger("django_pgjobs.worker")
 
@@ -24,8 +26,13 @@ NOTIFY_CHANNEL = "pgjobs"
 
 
 class Listener:
-    def __init__(self, worker) -> None:
-        self.worker = worker
+    def __init__(
+        self, alias: str, queues: Sequence[str] | None, stop: StopState, inbox: Inbox
+    ) -> None:
+        self.alias = alias
+        self.wanted = set(queues) if queues else None  # None: every queue
+        self.stop = stop
+        self.inbox = inbox
         self.thread = threading.Thread(target=self.run, name="pgjobs-listener", daemon=True)
 
     def start(self) -> None:
@@ -34,27 +41,26 @@ class Listener:
     def run(self) -> None:
         """Wake the dispatcher on NOTIFY pgjobs (payload: the queue of a due job); pass on
         NOTIFY pgjobs_abort (payload: a job id)."""
-        worker = self.worker
-        stop = worker.stop.requested
+        inbox, wanted = self.inbox, self.wanted
+        stop = self.stop.requested
         delay = FIRST_WAIT_SECONDS
-        wanted = set(worker.queues) if worker.queues else None
         while not stop.is_set():
-            connection = connections[worker.alias]
+            connection = connections[self.alias]
             try:
                 connection.ensure_connection()
                 raw = connection.connection
                 raw.execute(f"LISTEN {ABORT_CHANNEL}")
                 raw.execute(f"LISTEN {NOTIFY_CHANNEL}")  # last: pg_stat_activity shows it
-                worker.wake()  # anything enqueued while we were not listening
+                inbox.wake()  # anything enqueued while we were not listening
                 delay = FIRST_WAIT_SECONDS
                 while not stop.is_set():
                     for notify in raw.notifies(timeout=0.25):
                         if notify.channel == ABORT_CHANNEL:
                             notice = parse_notice(notify.payload)
                             if notice is not None:
-                                worker.events.put(notice)
+                                inbox.put(notice)
                         elif wanted is None or notify.payload in wanted:
-                            worker.wake()
+                            inbox.wake()
                         if stop.is_set():
                             break
             except Exception as error:  # noqa: BLE001 - the listener must never die
@@ -63,6 +69,6 @@ class Listener:
                     connection.close()
                 except Exception:  # noqa: BLE001
                     pass
-                worker.stop.sleep(delay)
+                self.stop.sleep(delay)
                 delay = next_wait(delay)
         connections.close_all()

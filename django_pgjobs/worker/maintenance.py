@@ -1,8 +1,12 @@
-"""Periodic maintenance: small units the dispatcher runs between claims.
+"""Periodic maintenance: small units the dispatcher runs between claims, like River's services.
 
-Each unit does one duty in ``run_once()`` and says when it is next due (``interval``). The
-dispatcher runs the due units on its own thread and connection; a unit whose statement fails on
-a "not right now" error stays due and runs again after the loop's back-off.
+Each unit does one duty. It is built from the dispatcher's database (``DispatcherDatabase``), a
+frozen config whose defaults are the settings' defaults, and the few things its duty reads;
+``run_once()`` does the duty once and returns its counts; ``next_due`` says when it runs again
+(``interval()`` after the last run; ``first_delay()`` after start). The dispatcher runs the due
+units from one list (``maintenance_units()``) on its own thread and connection; a unit whose
+statement fails on a "not right now" error stays due and runs again after the loop's back-off.
+Each unit can be run alone, without a ``Worker`` (``tests/test_worker_maintenance.py``).
 
 The units, their intervals and what each does: ``docs/explanation/worker.md``.
 """
@@ -12,19 +16,24 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
-from .. import operations
-from .aborts import mark_aborted
+from .. import metrics, operations
+from .faults import DispatcherDatabase
+from .logs import log_stats
+from .outcomes import Stats
+from .state import DispatcherState
 
 logger = logging.getLogger("django_pgjobs.worker")
 
 
 class MaintenanceUnit:
-    """One periodic duty: first due one ``interval()`` after start (``first_delay()``), then
-    every ``interval()``."""
+    """One periodic duty: first due ``first_delay()`` after it is built (one ``interval()`` by
+    default), then every ``interval()``. Subclasses set their fields before calling this
+    ``__init__``."""
 
-    def __init__(self, worker) -> None:
-        self.worker = worker
+    def __init__(self) -> None:
         self.next_due = time.monotonic() + self.first_delay()
 
     def interval(self) -> float:
@@ -33,7 +42,8 @@ class MaintenanceUnit:
     def first_delay(self) -> float:
         return self.interval()
 
-    def run_once(self) -> None:
+    def run_once(self) -> object:
+        """Do the duty once; returns its counts."""
         raise NotImplementedError
 
     def run_if_due(self, now: float) -> None:
@@ -42,60 +52,119 @@ class MaintenanceUnit:
             self.next_due = now + self.interval()
 
 
-class MetricsFlush(MaintenanceUnit):
+# -- the lease heartbeat ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HeartbeatConfig:
+    interval_seconds: float = 10.0  # HEARTBEAT_SECONDS
+
+
+@dataclass(frozen=True)
+class HeartbeatCounts:
+    extended: int = 0  # leases extended
+    lost: int = 0  # jobs held here whose lease another worker has now
+    abort_requested: int = 0  # held jobs newly marked abort requested
+
+
+class LeaseHeartbeat(MaintenanceUnit):
+    """Extends the leases of the held jobs within their time; passes on the aborts requested
+    (``on_abort``: how a worker that does not LISTEN learns of them)."""
+
+    def __init__(
+        self,
+        db: DispatcherDatabase,
+        config: HeartbeatConfig,
+        state: DispatcherState,
+        on_abort: Callable[[Iterable[int]], int],
+    ) -> None:
+        self.db, self.config, self.state, self.on_abort = db, config, state, on_abort
+        super().__init__()
+
     def interval(self) -> float:
-        return self.worker.metrics.flush_seconds
+        return self.config.interval_seconds
 
-    def run_once(self) -> None:
-        self.worker.metrics.maybe_flush(self.worker.db.connection(), force=True)
-
-
-class OnHeartbeat(MaintenanceUnit):
-    """A duty run every ``HEARTBEAT_SECONDS``."""
-
-    def interval(self) -> float:
-        return self.worker.heartbeat_seconds
-
-
-class LeaseHeartbeat(OnHeartbeat):
-    def run_once(self) -> None:
-        held = self.worker.held
+    def run_once(self) -> HeartbeatCounts:
+        held = self.state.held
         now = time.monotonic()
         # a job past its timeout is not extended: its lease runs out even if the dispatcher
         # has not recorded the timeout yet (timeouts.py)
         jobs = [job for job in held.values() if job.deadline is None or job.deadline > now]
         if not jobs:
-            return
-        kept, abort_requested = operations.heartbeat(self.worker.db.connection(), jobs)
-        mark_aborted(self.worker, abort_requested)  # how a worker that does not LISTEN learns
+            return HeartbeatCounts()
+        kept, abort_requested = operations.heartbeat(self.db.connection(), jobs)
+        marked = self.on_abort(abort_requested)
+        lost = 0
         for job in jobs:
             if job.id not in kept and job.id in held:
+                lost += 1
                 logger.warning("lease of job %s #%s was lost (rescued elsewhere)", job.name, job.id)
+        return HeartbeatCounts(extended=len(kept), lost=lost, abort_requested=marked)
 
 
-class RegistryTouch(OnHeartbeat):
-    def run_once(self) -> None:
-        worker = self.worker
-        operations.touch_worker(
-            worker.db.connection(),
-            worker.id,
-            # a worker missing this many heartbeats (or one lease) is shown as gone
-            forget_seconds=max(worker.lease_seconds, 5 * worker.heartbeat_seconds),
+# -- the worker registry ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RegistryConfig:
+    worker_id: str
+    interval_seconds: float = 10.0  # HEARTBEAT_SECONDS
+    # a worker silent this long is shown as gone, and its row deleted: 5 heartbeats or a lease
+    forget_seconds: float = 60.0
+
+
+class RegistryTouch(MaintenanceUnit):
+    """Keeps the worker's ``pgjobs_worker`` row alive; forgets workers long silent. Returns how
+    many it forgot."""
+
+    def __init__(self, db: DispatcherDatabase, config: RegistryConfig) -> None:
+        self.db, self.config = db, config
+        super().__init__()
+
+    def interval(self) -> float:
+        return self.config.interval_seconds
+
+    def run_once(self) -> int:
+        config = self.config
+        return operations.touch_worker(
+            self.db.connection(), config.worker_id, forget_seconds=config.forget_seconds
         )
 
 
-class Rescuer(MaintenanceUnit):
+# -- rescue and prune ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RescueConfig:
+    interval_seconds: float = 15.0  # RESCUE_INTERVAL_SECONDS
+    jitter: float = 0.2  # each interval drawn within +-20%: workers started together spread out
+    limit: int = 1000  # most jobs rescued per run
+
+
+class AtStartThenJittered(MaintenanceUnit):
+    """A unit that runs at start (what a crashed predecessor left) and then every
+    ``config.interval_seconds``, each interval drawn within ``config.jitter``."""
+
+    config: RescueConfig | PruneConfig
+
     def first_delay(self) -> float:
-        return 0.0  # at start: picks up what a crashed predecessor left
+        return 0.0
 
     def interval(self) -> float:
-        # jittered so that workers started together do not rescue together
-        return self.worker.rescue_interval * random.uniform(0.8, 1.2)
+        jitter = self.config.jitter
+        return self.config.interval_seconds * random.uniform(1 - jitter, 1 + jitter)
 
-    def run_once(self) -> None:
-        worker = self.worker
-        connection = worker.db.connection()
-        rescued = operations.rescue(connection)
+
+class Rescuer(AtStartThenJittered):
+    """Requeues (or dead-letters, out of attempts) the jobs whose lease expired; gives back the
+    held ones that never started, attempt not spent."""
+
+    def __init__(self, db: DispatcherDatabase, config: RescueConfig) -> None:
+        self.db, self.config = db, config
+        super().__init__()
+
+    def run_once(self) -> operations.Rescued:
+        rescued = operations.rescue(self.db.connection(), self.config.limit)
         if rescued.requeued or rescued.dead_lettered:
             logger.warning(
                 "rescued %d job(s) with expired leases (%d requeued, %d dead-lettered)",
@@ -109,17 +178,79 @@ class Rescuer(MaintenanceUnit):
                 "spent)",
                 rescued.returned_unstarted,
             )
-        # always: jobs that keep their result are retained whatever KEEP_SUCCEEDED_SECONDS says
-        operations.prune_succeeded(connection, worker.keep_succeeded, worker.keep_results)
+        return rescued
 
 
-def units_for(worker) -> list[MaintenanceUnit]:
-    """The dispatcher's units, in the order they run within a turn (the timeout watch is
-    ``worker.timeouts``, see ``timeouts.py``)."""
-    return [
-        worker.timeouts,
-        MetricsFlush(worker),
-        LeaseHeartbeat(worker),
-        RegistryTouch(worker),
-        Rescuer(worker),
-    ]
+@dataclass(frozen=True)
+class PruneConfig:
+    interval_seconds: float = 15.0  # RESCUE_INTERVAL_SECONDS
+    jitter: float = 0.2
+    keep_succeeded_seconds: float = 0.0  # KEEP_SUCCEEDED_SECONDS
+    keep_results_seconds: float = 7 * 24 * 3600.0  # KEEP_RESULTS_SECONDS
+    limit: int = 10_000  # most rows deleted per run
+
+
+class Pruner(AtStartThenJittered):
+    """Deletes the successful jobs kept past their retention: ``keep_succeeded_seconds``, or
+    ``keep_results_seconds`` for jobs that kept their result (always: those are kept whatever
+    ``KEEP_SUCCEEDED_SECONDS`` says). Returns how many it deleted."""
+
+    def __init__(self, db: DispatcherDatabase, config: PruneConfig) -> None:
+        self.db, self.config = db, config
+        super().__init__()
+
+    def run_once(self) -> int:
+        config = self.config
+        return operations.prune_succeeded(
+            self.db.connection(),
+            config.keep_succeeded_seconds,
+            config.keep_results_seconds,
+            config.limit,
+        )
+
+
+# -- counts -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    interval_seconds: float = metrics.FLUSH_SECONDS
+
+
+class MetricsFlush(MaintenanceUnit):
+    """Adds the worker's per-queue counts to ``pgjobs_stat`` (the admin dashboard's figures).
+    Returns how many queues' counts it wrote."""
+
+    def __init__(
+        self, db: DispatcherDatabase, config: MetricsConfig, queue_metrics: metrics.QueueMetrics
+    ) -> None:
+        self.db, self.config, self.queue_metrics = db, config, queue_metrics
+        super().__init__()
+
+    def interval(self) -> float:
+        return self.config.interval_seconds
+
+    def run_once(self) -> int:
+        return self.queue_metrics.maybe_flush(self.db.connection(), force=True)
+
+
+@dataclass(frozen=True)
+class StatsLogConfig:
+    interval_seconds: float = 60.0  # runjobs --stats-interval
+
+
+class StatsLog(MaintenanceUnit):
+    """Logs the worker's summary line (``logs.log_stats``) and starts a new window. Returns
+    the jobs finished in the window it closed."""
+
+    def __init__(self, config: StatsLogConfig, stats: Stats) -> None:
+        self.config, self.stats = config, stats
+        super().__init__()
+
+    def interval(self) -> float:
+        return self.config.interval_seconds
+
+    def run_once(self) -> int:
+        finished = self.stats.window_finished
+        log_stats(self.stats)
+        return finished

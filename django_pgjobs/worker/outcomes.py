@@ -1,9 +1,11 @@
-"""What an executor or the listener tells the dispatcher (through the events queue), the
+"""What an executor or the listener tells the dispatcher (through its ``Inbox``), the
 exceptions that end an atomic job, and the counts the worker logs."""
 
 from __future__ import annotations
 
 import logging
+import queue as queue_module
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -12,25 +14,29 @@ from ..operations import ClaimedJob
 logger = logging.getLogger("django_pgjobs.worker")
 
 
+# stored_error_type: the name rows hold for each (errors.stored_type)
 class LeaseLost(Exception):
     """An atomic job finished but its claim token no longer matched: rolled back."""
+
+    stored_error_type = "django_pgjobs.worker.LeaseLost"
 
 
 class RolledBack(Exception):
     """An atomic job marked its transaction for rollback: its completion cannot commit."""
 
+    stored_error_type = "django_pgjobs.worker.RolledBack"
+
 
 class ConnectionClosedByJob(Exception):
     """An atomic job closed its database connection: its transaction was rolled back."""
+
+    stored_error_type = "django_pgjobs.worker.ConnectionClosedByJob"
 
 
 class TransactionLeftOpen(Exception):
     """A job returned with its connection inside a transaction: its writes were rolled back."""
 
-
-# Stored errors name their type by module: keep the names they had before the package split.
-for _exception in (LeaseLost, RolledBack, ConnectionClosedByJob, TransactionLeftOpen):
-    _exception.__module__ = "django_pgjobs.worker"
+    stored_error_type = "django_pgjobs.worker.TransactionLeftOpen"
 
 
 @dataclass
@@ -49,7 +55,10 @@ class Failed:
 
 
 @dataclass
-class LostLease:
+class Superseded:
+    """An atomic job's completion found its claim token replaced (its lease had expired and the
+    job was rescued): its transaction rolled back; the job's new holder decides."""
+
     job: ClaimedJob
 
 
@@ -62,6 +71,41 @@ class HandBack:
 
 
 WAKE = object()  # the listener saw a notification, or a stop was requested
+
+
+class Inbox:
+    """Any thread to the dispatcher: outcomes, abort notices and wake-ups, in arrival order.
+
+    ``wake()`` (jobs may be ready: claim without waiting for the poll) puts one ``WAKE`` however
+    often it is called before the dispatcher takes it (``take_wake()``)."""
+
+    def __init__(self) -> None:
+        self.queue: queue_module.Queue = queue_module.Queue()
+        self._wake_pending = threading.Event()
+
+    def put(self, item) -> None:
+        self.queue.put(item)
+
+    def wake(self) -> None:
+        if not self._wake_pending.is_set():
+            self._wake_pending.set()
+            self.queue.put(WAKE)
+
+    def woken(self) -> bool:
+        """A wake-up is pending."""
+        return self._wake_pending.is_set()
+
+    def take_wake(self) -> bool:
+        """(Dispatcher, claiming.) Whether a wake-up was pending; it is not any more."""
+        woken = self._wake_pending.is_set()
+        self._wake_pending.clear()
+        return woken
+
+    def get(self, block_for: float):
+        """The next item, waiting up to ``block_for`` seconds (0: not at all); ``Empty``."""
+        if block_for > 0:
+            return self.queue.get(timeout=block_for)
+        return self.queue.get_nowait()
 
 
 @dataclass

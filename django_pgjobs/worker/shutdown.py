@@ -10,55 +10,79 @@ Dispatcher thread only.
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Callable
 
 from django.db import DatabaseError, connections
 
 from .. import operations
+from .acks import Acknowledgements
+from .executors import ExecutorPool
+from .failures import FailurePolicy
+from .faults import DispatcherDatabase
 from .outcomes import one_line
+from .state import DispatcherState
+from .stopping import StopState
+from .timeouts import Timeouts
 
 logger = logging.getLogger("django_pgjobs.worker")
 
 
 class Shutdown:
-    def __init__(self, worker) -> None:
-        self.worker = worker
+    def __init__(
+        self,
+        *,
+        db: DispatcherDatabase,
+        state: DispatcherState,
+        stop: StopState,
+        executors: ExecutorPool,
+        acks: Acknowledgements,
+        failures: FailurePolicy,
+        timeouts: Timeouts,
+        worker_id: str,
+    ) -> None:
+        self.db = db
+        self.state = state
+        self.stop = stop
+        self.executors = executors
+        self.acks = acks
+        self.failures = failures
+        self.timeouts = timeouts
+        self.worker_id = worker_id
         self.abandoned = False  # the grace period ran out with jobs still running
 
     def release_unstarted(self) -> None:
-        worker = self.worker
-        unstarted = worker.executors.take_unstarted()
+        unstarted = self.executors.take_unstarted()
         if not unstarted:
             return
-        db = worker.db
+        db = self.db
         released = db.with_retries(lambda: operations.release_jobs(db.connection(), unstarted))
         released = released or set()
         for job in unstarted:
-            worker.forget(job)
-        worker.stats.released += len(released)
+            self.state.forget(job)
+        self.state.stats.released += len(released)
         logger.info("handed back %d claimed job(s) that had not started", len(released))
 
     def abandon_running(self) -> None:
         """Grace period over: end the statements of the jobs still running (their locks go at
         once) and record those jobs as failed attempts."""
-        worker = self.worker
         self.abandoned = True
         self.end_abandoned_statements()
-        worker.acks.flush()  # finished jobs are not running: acknowledge them first
+        self.acks.flush()  # finished jobs are not running: acknowledge them first
         error = RuntimeError(
-            f"worker {worker.id} shut down before the job finished "
-            f"(shutdown grace {worker.shutdown_grace:g}s)"
+            f"worker {self.worker_id} shut down before the job finished "
+            f"(shutdown grace {self.stop.grace:g}s)"
         )
-        for job in list(worker.held.values()):
-            worker.failures.record_failure(job, error)
+        for job in list(self.state.held.values()):
+            self.failures.record_failure(job, error)
         logger.warning("shutdown grace expired; gave up on running job(s)")
 
     def end_abandoned_statements(self) -> None:
         """Terminate the server processes of the executors still running a job."""
-        worker = self.worker
-        for alias, pids in worker.executors.running_backends(worker.held).items():
+        for alias, pids in self.executors.running_backends(self.state.held).items():
             try:
-                connection = worker.db.connection() if alias == worker.alias else connections[alias]
+                connection = self.db.connection() if alias == self.db.alias else connections[alias]
                 ended = operations.terminate_backends(connection, pids)
             except DatabaseError as error:
                 logger.warning(
@@ -73,20 +97,19 @@ class Shutdown:
         """Stopping with the database unavailable: the jobs still held cannot be recorded, their
         leases bring them back (spending the attempt of those that were running)."""
         self.abandoned = True
-        if self.worker.held:
+        if self.state.held:
             logger.warning(
                 "database unavailable at shutdown; %d claimed job(s) go back to the queue when "
                 "their lease expires",
-                len(self.worker.held),
+                len(self.state.held),
             )
 
     def say_what_is_left_behind(self) -> bool:
         """Log the jobs the worker exits without waiting for: threads stuck in timed-out jobs,
         async tasks still running (given up on at their timeout or abort, or at the grace's end).
         True when there are any."""
-        worker = self.worker
-        threads = sum(1 for executor in worker.timeouts.stuck if executor.thread.is_alive())
-        tasks = worker.executors.async_executor.tasks_left(worker.timeouts.stuck_tasks)
+        threads = sum(1 for executor in self.timeouts.stuck if executor.thread.is_alive())
+        tasks = self.executors.async_executor.tasks_left(self.timeouts.stuck_tasks)
         if threads or tasks:
             logger.warning(
                 "exiting without waiting for %d executor thread(s) stuck in timed-out jobs and "
@@ -97,23 +120,23 @@ class Shutdown:
             )
         return bool(threads or tasks)
 
-    def finish(self, database_down: bool = False) -> None:
-        """Last acknowledgements and counts, leave the registry, let the threads go."""
-        worker = self.worker
-        worker.stop.requested.set()
+    def wind_up(self, database_down: bool, threads: Callable[[], list[threading.Thread]]) -> None:
+        """The last step: last acknowledgements and counts, leave the registry, let the threads
+        (``threads()``, once the executors are told to exit) go."""
+        self.stop.requested.set()
         if not database_down:
             try:
-                worker.acks.flush()
-                worker.metrics.maybe_flush(worker.db.connection(), force=True)
-                operations.unregister_worker(worker.db.connection(), worker.id)
+                self.acks.flush()
+                self.state.metrics.maybe_flush(self.db.connection(), force=True)
+                operations.unregister_worker(self.db.connection(), self.worker_id)
             except DatabaseError as error:
                 logger.warning("could not finish cleanly: %s", one_line(error))
         left_behind = self.say_what_is_left_behind()
-        worker.executors.close()
+        self.executors.close()
         # Idle executors exit at once; busy ones (jobs given up on after the grace period) are
         # daemon threads: wait for them briefly, in total, not per thread.
-        busy = worker.held or self.abandoned or left_behind
+        busy = self.state.held or self.abandoned or left_behind
         deadline = time.monotonic() + (0.5 if busy else 5.0)
-        for thread in worker.threads():
+        for thread in threads():
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
-        worker.db.close()
+        self.db.close()

@@ -17,13 +17,28 @@ import time
 
 from .. import registry
 from ..operations import ClaimedJob, ClaimPlan
+from .acks import Acknowledgements
+from .holding import Prefetch
+from .state import DispatcherState
 
 
 class Slots:
-    def __init__(self, worker, async_concurrency: int) -> None:
-        self.worker = worker
+    def __init__(
+        self,
+        state: DispatcherState,
+        acks: Acknowledgements,
+        prefetch: Prefetch,
+        *,
+        concurrency: int,
+        async_concurrency: int,
+        poll_interval: float,
+    ) -> None:
+        self.state = state  # its held jobs (async_held: those on the loop) fill the slots
+        self.acks = acks  # a finished job waiting for its acknowledgement frees its slot
+        self.prefetch = prefetch
+        self.concurrency = concurrency
         self.async_concurrency = async_concurrency
-        self.async_held: set[int] = set()  # ids of held async jobs not finished yet
+        self.poll_interval = poll_interval  # at most one async probe per poll interval
         self.sync_names: list[str] = []
         self.async_names: list[str] = []
         self.async_set: frozenset[str] = frozenset()
@@ -43,12 +58,11 @@ class Slots:
 
     def rooms(self) -> tuple[int, int]:
         """Jobs to claim now: (sync room, async room)."""
-        worker = self.worker
-        held_async = len(self.async_held)
+        held_async = len(self.state.async_held)
         # finished jobs waiting for their acknowledgement free their slot: the acknowledgement
         # travels with the next claim
-        sync_room = worker.concurrency + worker.prefetch - len(worker.held) + held_async
-        sync_room += len(worker.acks)
+        sync_room = self.concurrency + self.prefetch.current() - len(self.state.held) + held_async
+        sync_room += len(self.acks)
         if not self.enabled:
             return max(sync_room, 0), 0
         return max(sync_room, 0), max(self.async_concurrency - held_async, 0)
@@ -56,9 +70,9 @@ class Slots:
     def free_executors(self) -> int:
         """Executors free for a job claimed now: those neither running a job nor about to take
         one already handed over (a finished job waiting for its acknowledgement is done)."""
-        worker = self.worker
-        unfinished_sync = len(worker.held) - len(self.async_held) - len(worker.acks)
-        return max(worker.concurrency - unfinished_sync, 0)
+        state = self.state
+        unfinished_sync = len(state.held) - len(state.async_held) - len(self.acks)
+        return max(self.concurrency - unfinished_sync, 0)
 
     def plan(self, limit: int) -> ClaimPlan:
         """(Before a claim of at most ``limit`` jobs.) Each kind's room, and how many of each
@@ -66,7 +80,7 @@ class Slots:
         the free executors."""
         sync_room, async_room = self.rooms()
         if sync_room == 0 and async_room:  # a claim for async jobs alone: see async_wanted()
-            self.next_async_probe = time.monotonic() + self.worker.poll_interval
+            self.next_async_probe = time.monotonic() + self.poll_interval
         return ClaimPlan(
             limit=limit,
             sync_room=min(sync_room, limit),
@@ -118,21 +132,13 @@ class Slots:
             return False
         return self.skip_names(*self.rooms()) is not self.last_skip
 
-    def started(self, job: ClaimedJob, definition: registry.JobDefinition) -> None:
-        if definition.is_async:
-            self.async_held.add(job.id)
-
-    def done(self, job: ClaimedJob) -> None:
-        if self.async_held:
-            self.async_held.discard(job.id)
-
     def beyond_free(self, runnable: list, free_sync: int) -> dict[int, ClaimedJob]:
         """Adaptive prefetch: a long (or not yet seen) job is kept only for a free slot of its
         kind; the ones beyond are to go back at once for another worker to start."""
-        adaptive = self.worker.adaptive
+        adaptive = self.prefetch.adaptive
         if adaptive is None:
             return {}
-        free_async = self.async_concurrency - len(self.async_held)
+        free_async = self.async_concurrency - len(self.state.async_held)
         surplus = {}
         for job, definition in runnable:
             if definition.is_async:

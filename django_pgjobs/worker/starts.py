@@ -22,14 +22,18 @@ from collections import deque
 
 from .. import operations
 from ..operations import ClaimedJob
-from .outcomes import WAKE
+from .faults import DispatcherDatabase
+from .outcomes import WAKE, Inbox
+from .state import DispatcherState
 
 MARK_DELAY_SECONDS = 0.05
 
 
 class PendingStarts:
-    def __init__(self, worker) -> None:
-        self.worker = worker
+    def __init__(self, db: DispatcherDatabase, state: DispatcherState, inbox: Inbox) -> None:
+        self.db = db
+        self.state = state
+        self.inbox = inbox
         self.incoming: deque[tuple[ClaimedJob, float]] = deque()  # executors append
         # (dispatcher) job id -> (job, monotonic time it started), oldest first
         self.pending: dict[int, tuple[ClaimedJob, float]] = {}
@@ -42,7 +46,7 @@ class PendingStarts:
         self.incoming.append((job, at))
         if self.wake_me:
             self.wake_me = False
-            self.worker.events.put(WAKE)
+            self.inbox.put(WAKE)
 
     def before_blocking(self, seconds: float) -> float:
         """(Dispatcher, about to wait ``seconds`` for events.) How long to wait: not at all when
@@ -50,15 +54,15 @@ class PendingStarts:
         self.wake_me = seconds > MARK_DELAY_SECONDS
         return 0.0 if self.incoming else seconds
 
-    def finished(self, job: ClaimedJob) -> None:
+    @staticmethod
+    def finished(job: ClaimedJob) -> None:
         """(Dispatcher.) ``job``'s attempt ended: the statement ending it records its start."""
         job.held = False
 
     def _collect(self) -> None:
-        held = self.worker.held
         while self.incoming:
             job, at = self.incoming.popleft()
-            if job.held and held.get(job.id) is job:
+            if job.held and self.state.holds(job):
                 self.pending[job.id] = (job, at)
 
     def deadline(self) -> float | None:
@@ -77,13 +81,12 @@ class PendingStarts:
         """Record the pending starts of jobs still running, in one statement (a failure keeps
         them pending)."""
         now = time.monotonic()
-        held = self.worker.held
         started = [
             (job, now - at)
             for job, at in self.pending.values()
-            if job.held and held.get(job.id) is job
+            if job.held and self.state.holds(job)
         ]
-        operations.mark_started(self.worker.db.connection(), started)
+        operations.mark_started(self.db.connection(), started)
         for job, _ in started:
             job.held = False  # recorded, or no longer this worker's
         self.pending.clear()

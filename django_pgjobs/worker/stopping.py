@@ -13,6 +13,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 
 logger = logging.getLogger("django_pgjobs.worker")
 
@@ -57,15 +58,21 @@ class StopState:
 class SignalHandlers:
     """SIGTERM/SIGINT handlers for a worker run in the main thread; restored after the run."""
 
-    def __init__(self, worker) -> None:
-        self.worker = worker
+    def __init__(
+        self,
+        stop: StopState,
+        wake: Callable[[], None],
+        running: Callable[[], int],
+        enabled: bool = True,
+    ) -> None:
+        self.stop = stop
+        self.wake = wake  # wakes the dispatcher: run off the handler (see on_signal)
+        self.running = running  # how many jobs the worker holds, for the log line
+        self.enabled = enabled
         self.previous: dict = {}
 
     def install(self) -> None:
-        if (
-            not self.worker.install_signal_handlers
-            or threading.current_thread() is not threading.main_thread()
-        ):
+        if not self.enabled or threading.current_thread() is not threading.main_thread():
             return
         for signum in (signal.SIGTERM, signal.SIGINT):
             self.previous[signum] = signal.signal(signum, self.on_signal)
@@ -76,24 +83,28 @@ class SignalHandlers:
         self.previous = {}
 
     def on_signal(self, signum, frame) -> None:
+        """Runs on the main thread, between two of its bytecodes: maybe while that thread holds
+        the lock of the dispatcher's inbox (in its ``get``). So the handler only sets the stop
+        (events nobody waits on under a lock) and wakes the dispatcher from another thread:
+        putting on the inbox here could wait for ever on a lock its own thread holds."""
         name = signal.Signals(signum).name
-        worker = self.worker
-        if worker.stop.requested.is_set():
+        if self.stop.requested.is_set():
             logger.warning(
                 "%s again: not waiting for running jobs; exiting within %gs",
                 name,
                 FORCED_EXIT_SECONDS,
             )
-            worker.request_stop(force=True)
+            self.stop.request(force=True)
             exit_after(FORCED_EXIT_SECONDS)
         else:
             logger.info(
                 "%s: stopping; waiting up to %gs for %d running job(s)",
                 name,
-                worker.shutdown_grace,
-                len(worker.held),
+                self.stop.grace,
+                self.running(),
             )
-            worker.request_stop()
+            self.stop.request()
+        threading.Thread(target=self.wake, name="pgjobs-signal-wake", daemon=True).start()
 
 
 def exit_after(seconds: float) -> None:

@@ -28,12 +28,16 @@ import traceback
 from django.db import DatabaseError, connections
 
 from .. import operations
-from ..conf import get_config
 from ..errors import JobTimeout
 from ..operations import ClaimedJob
 from .async_executor import attempt_of
+from .executors import ExecutorPool
+from .failures import FailurePolicy
+from .faults import DispatcherDatabase
 from .maintenance import MaintenanceUnit
 from .outcomes import one_line
+from .state import DispatcherState
+from .stopping import StopState
 
 logger = logging.getLogger("django_pgjobs.worker")
 
@@ -48,33 +52,57 @@ IDLE_WATCH_SECONDS = 1.0
 
 
 class Timeouts(MaintenanceUnit):
-    def __init__(self, worker) -> None:
+    """The timeout watch, a maintenance unit. ``exit_code`` is ``STUCK_EXIT_CODE`` once it has
+    stopped the worker for stuck threads or a blocked event loop."""
+
+    def __init__(
+        self,
+        db: DispatcherDatabase,
+        state: DispatcherState,
+        executors: ExecutorPool,
+        failures: FailurePolicy,
+        stop: StopState,
+        max_stuck: int,
+    ) -> None:
+        self.db = db
+        self.state = state
+        self.executors = executors
+        self.failures = failures
+        self.stop = stop
+        self.max_stuck = max_stuck  # MAX_STUCK_THREADS
+        self.exit_code = 0
         # (id, claim token) -> job: given up on, their late outcome is dropped (by claim: a
         # job's retry may run on this worker while its timed-out attempt still does)
         self.dropping: dict[tuple, ClaimedJob] = {}
         self.stuck: list = []  # the executors retired with a timed-out sync job
         self.stuck_tasks: list[asyncio.Task] = []  # async jobs given up on that still run
         self.loop_blocked = False
-        self.max_stuck = get_config().MAX_STUCK_THREADS
-        super().__init__(worker)
+        super().__init__()
 
     def interval(self) -> float:
-        if self.worker.executors.async_executor.cancelled or any(
-            job.timeout is not None for job in self.worker.held.values()
+        if self.executors.async_executor.cancelled or any(
+            job.timeout is not None for job in self.state.held.values()
         ):
             return WATCH_SECONDS
         return IDLE_WATCH_SECONDS
 
-    def run_once(self) -> None:
+    def run_once(self) -> int:
+        """Returns how many jobs it found past their deadline."""
         now = time.monotonic()
-        for job in list(self.worker.held.values()):
-            if job.deadline is not None and now >= job.deadline:
-                self.expire(job)
+        expired = [
+            job
+            for job in list(self.state.held.values())
+            if job.deadline is not None and now >= job.deadline
+        ]
+        for job in expired:
+            self.expire(job)
         self.stuck = [executor for executor in self.stuck if executor.thread.is_alive()]
         self._watch_cancelled(now)
-        worker = self.worker
-        if worker.stop.requested.is_set():
-            return
+        if not self.stop.requested.is_set():
+            self._stop_if_stuck()
+        return len(expired)
+
+    def _stop_if_stuck(self) -> None:
         if len(self.stuck) + len(self.stuck_tasks) >= self.max_stuck:
             logger.error(
                 "%d executor thread(s) are stuck in timed-out jobs and %d async task(s) ignore "
@@ -94,11 +122,11 @@ class Timeouts(MaintenanceUnit):
             )
         else:
             return
-        worker.exit_code = STUCK_EXIT_CODE
-        worker.request_stop()
+        self.exit_code = STUCK_EXIT_CODE
+        self.stop.request()  # (the dispatcher's own thread: it sees the request next)
 
     def _watch_cancelled(self, now: float) -> None:
-        runner = self.worker.executors.async_executor
+        runner = self.executors.async_executor
         self.stuck_tasks = [task for task in self.stuck_tasks if not task.done()]
         if not runner.cancelled:
             return
@@ -118,10 +146,9 @@ class Timeouts(MaintenanceUnit):
         """A cancelled task that goes on running: its lane serves no other job, its ORM
         connections end (its transaction rolls back, its later queries fail), and an attempt not
         recorded yet (an abort) is recorded as failed now; it counts as stuck."""
-        worker = self.worker
-        if worker.held.get(job.id) is job:  # first: a database error here repeats it all
+        if self.state.holds(job):  # first: a database error here repeats it all
             self.dropping[attempt_of(job)] = job
-            worker.failures.record_failure(job, error)
+            self.failures.record_failure(job, error)
         lane.retired = True
         self.stuck_tasks.append(task)
         logger.error(
@@ -145,15 +172,14 @@ class Timeouts(MaintenanceUnit):
         return False
 
     def expire(self, job: ClaimedJob) -> None:
-        worker = self.worker
-        executors = worker.executors
+        executors = self.executors
         running_async = attempt_of(job) in executors.async_executor.running
         executor = None if running_async else executors.retire(job)
         where = _stack_of(executor.thread) if executor is not None else ""
         error = JobTimeout(f"timed out after {job.timeout:g} s{where}")
         self.dropping[attempt_of(job)] = job
         logger.warning("job %s #%s timed out after %gs", job.name, job.id, job.timeout)
-        worker.failures.record_failure(job, error)  # fenced; stops its heartbeat
+        self.failures.record_failure(job, error)  # fenced; stops its heartbeat
         if executor is None:
             if executors.cancel_async(job, error):
                 lane = executors.async_executor.lane_of(job)
@@ -166,10 +192,9 @@ class Timeouts(MaintenanceUnit):
     def _end_sessions(self, by_alias: dict[str, list[int]], end) -> None:
         """Cancel the statements (``operations.cancel_backends``) or terminate the sessions
         (``operations.terminate_backends``) of a job given up on."""
-        worker = self.worker
         for alias, pids in by_alias.items():
             try:
-                connection = worker.db.connection() if alias == worker.alias else connections[alias]
+                connection = self.db.connection() if alias == self.db.alias else connections[alias]
                 end(connection, pids)
             except DatabaseError as error:
                 logger.warning("could not end a timed-out job's statement: %s", one_line(error))

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import faulthandler
 import logging
 import signal
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_pgjobs.conf import get_config
 from django_pgjobs.db import JobsTableMissing
+from django_pgjobs.validation import check_count, check_positive_seconds, check_seconds
 from django_pgjobs.worker import Worker
 from django_pgjobs.worker.holding import MAX_HELD, TARGET_SECONDS
+from django_pgjobs.worker.options import STATS_INTERVAL_SECONDS
 
 # Typical Django jobs wait on the network or the database (mail, HTTP, queries), and threads
 # waiting on I/O release the GIL: 4 slots keep 2 cores busy while each worker stays at a few
@@ -19,38 +21,58 @@ from django_pgjobs.worker.holding import MAX_HELD, TARGET_SECONDS
 DEFAULT_CONCURRENCY = 4
 
 
-def _positive_int(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise ValueError
-    return number
+def _parsed(convert, check, name: str):
+    """An argparse type: the text converted, then checked by the rule ``WorkerOptions`` uses
+    (``validation.py``), so the command line and ``Worker(...)`` refuse the same values."""
+
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid {name}: {text!r}") from None
+        try:
+            return check(value)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    parse.__name__ = name
+    return parse
 
 
-def _non_negative_int(value: str) -> int:
-    number = int(value)
-    if number < 0:
-        raise ValueError
-    return number
+def _count(option: str, low: int):
+    name = "integer >= 0" if low == 0 else "positive integer"
+    return _parsed(int, lambda value: check_count(option, value, low), name)
 
 
-def _seconds(value: str) -> float:
-    number = float(value)
-    if not number >= 0 or number == float("inf"):
-        raise ValueError
-    return number
+def _seconds(option: str, zero: bool = True):
+    name = "number of seconds" if zero else "number of seconds greater than 0"
+    check = check_seconds if zero else check_positive_seconds
+    return _parsed(float, lambda value: check(option, value), name)
 
 
-def _positive_seconds(value: str) -> float:
-    number = _seconds(value)
-    if number == 0:
-        raise ValueError
-    return number
-
-
-_positive_int.__name__ = "positive integer"
-_non_negative_int.__name__ = "integer >= 0"
-_seconds.__name__ = "number of seconds"
-_positive_seconds.__name__ = "number of seconds greater than 0"
+# (flags, type, default, help): the options besides --queue, --burst and --no-listen
+OPTIONS = [
+    (("--concurrency", "-c"), _count("concurrency", 1), DEFAULT_CONCURRENCY,
+     f"Execution slots (threads) of this worker. Default: {DEFAULT_CONCURRENCY}."),
+    (("--async-concurrency",), _count("async_concurrency", 1), None,
+     "Async def jobs run at once on this worker's event loop "
+     "(PGJOBS['ASYNC_CONCURRENCY'] by default: 32)."),
+    (("--batch-size",), _count("batch_size", 1), None,
+     f"Most jobs claimed by one statement. Default: {MAX_HELD}."),
+    (("--prefetch",), _count("prefetch", 0), None,
+     "Jobs claimed ahead of free slots. Default: adaptive, about "
+     f"{TARGET_SECONDS * 1000:g} ms of expected work per slot from recent job durations; "
+     "none while long or unseen jobs are in the mix."),
+    (("--max-jobs",), _count("max_jobs", 1), None,
+     "Exit after this many jobs have been claimed and finished."),
+    (("--poll-interval",), _seconds("poll_interval", zero=False), None,
+     "Seconds between polls (PGJOBS['POLL_INTERVAL_SECONDS'] by default)."),
+    (("--shutdown-grace",), _seconds("shutdown_grace"), None,
+     "Seconds running jobs get to finish after SIGTERM/SIGINT "
+     "(PGJOBS['SHUTDOWN_GRACE_SECONDS'] by default)."),
+    (("--stats-interval",), _seconds("stats_interval", zero=False), STATS_INTERVAL_SECONDS,
+     f"Seconds between summary log lines. Default: {STATS_INTERVAL_SECONDS:g}."),
+]  # fmt: skip
 
 
 class Command(BaseCommand):
@@ -65,68 +87,17 @@ class Command(BaseCommand):
             metavar="QUEUE",
             help="Queue to work on; repeat for several. Default: every queue.",
         )
-        parser.add_argument(
-            "--concurrency",
-            "-c",
-            type=_positive_int,
-            default=DEFAULT_CONCURRENCY,
-            help=f"Execution slots (threads) of this worker. Default: {DEFAULT_CONCURRENCY}.",
-        )
-        parser.add_argument(
-            "--async-concurrency",
-            type=_positive_int,
-            default=None,
-            help="Async def jobs run at once on this worker's event loop "
-            "(PGJOBS['ASYNC_CONCURRENCY'] by default: 32).",
-        )
-        parser.add_argument(
-            "--batch-size",
-            type=_positive_int,
-            default=None,
-            help=f"Most jobs claimed by one statement. Default: {MAX_HELD}.",
-        )
-        parser.add_argument(
-            "--prefetch",
-            type=_non_negative_int,
-            default=None,
-            help="Jobs claimed ahead of free slots. Default: adaptive, about "
-            f"{TARGET_SECONDS * 1000:g} ms of expected work per slot from recent job durations; "
-            "none while long or unseen jobs are in the mix.",
-        )
+        for flags, kind, default, text in OPTIONS:
+            parser.add_argument(*flags, type=kind, default=default, help=text)
         parser.add_argument(
             "--burst",
             action="store_true",
             help="Exit with status 0 once no job is ready.",
         )
         parser.add_argument(
-            "--max-jobs",
-            type=_positive_int,
-            default=None,
-            help="Exit after this many jobs have been claimed and finished.",
-        )
-        parser.add_argument(
-            "--poll-interval",
-            type=_positive_seconds,
-            default=None,
-            help="Seconds between polls (PGJOBS['POLL_INTERVAL_SECONDS'] by default).",
-        )
-        parser.add_argument(
-            "--shutdown-grace",
-            type=_seconds,
-            default=None,
-            help="Seconds running jobs get to finish after SIGTERM/SIGINT "
-            "(PGJOBS['SHUTDOWN_GRACE_SECONDS'] by default).",
-        )
-        parser.add_argument(
             "--no-listen",
             action="store_true",
             help="Poll only, no LISTEN/NOTIFY (for PgBouncer in transaction mode).",
-        )
-        parser.add_argument(
-            "--stats-interval",
-            type=_positive_seconds,
-            default=60.0,
-            help="Seconds between summary log lines. Default: 60.",
         )
 
     def handle(self, *args, **options):
@@ -145,7 +116,7 @@ class Command(BaseCommand):
                 max_jobs=options["max_jobs"],
                 poll_interval=options["poll_interval"],
                 shutdown_grace=options["shutdown_grace"],
-                listen=False if options["no_listen"] else get_config().LISTEN_NOTIFY,
+                listen=False if options["no_listen"] else None,  # None: LISTEN_NOTIFY
                 stats_interval=options["stats_interval"],
             )
         except ValueError as error:

@@ -1,0 +1,126 @@
+"""A worker's options: one frozen value, validated once, by the rules of ``validation.py``.
+
+``WorkerOptions.build(...)`` takes what ``Worker(...)`` and ``runjobs`` take (None: the setting
+or the worker's own choice), checks each value and fills in the settings (``PGJOBS``) the parts
+need, so that no part reads the settings or checks an option itself. ``runjobs`` parses its
+command line with the same checks (``validation.check_count``, ``check_seconds``,
+``check_positive_seconds``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..conf import get_config
+from ..validation import check_count, check_positive_seconds, check_queue, check_seconds
+from .holding import MAX_HELD
+
+#: Seconds between the worker's summary log lines, unless ``stats_interval`` says otherwise.
+STATS_INTERVAL_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """Everything a worker's parts are configured with; see the package docstring for each."""
+
+    queues: tuple[str, ...] | None
+    concurrency: int
+    async_concurrency: int
+    batch_size: int
+    prefetch: int | None  # None: adaptive (holding.py)
+    burst: bool
+    max_jobs: int | None
+    poll_interval: float
+    shutdown_grace: float
+    listen: bool
+    stats_interval: float
+    install_signal_handlers: bool
+    # from the settings
+    alias: str
+    lease_seconds: float
+    heartbeat_seconds: float
+    rescue_interval: float
+    keep_succeeded: float
+    keep_results: float
+    max_stuck: int
+    max_result_bytes: int
+    unknown_job_grace: float
+    release: str
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        queues: Sequence[str] | None = None,
+        concurrency: int = 1,
+        async_concurrency: int | None = None,
+        batch_size: int | None = None,
+        prefetch: int | None = None,
+        burst: bool = False,
+        max_jobs: int | None = None,
+        poll_interval: float | None = None,
+        shutdown_grace: float | None = None,
+        listen: bool | None = None,
+        stats_interval: float = STATS_INTERVAL_SECONDS,
+        install_signal_handlers: bool = True,
+    ) -> WorkerOptions:
+        """``ValueError`` naming the option for any value out of its range."""
+        config = get_config()
+        return cls(
+            queues=_queues(queues),
+            concurrency=check_count("concurrency", concurrency, 1),
+            async_concurrency=check_count(
+                "async_concurrency", _default(async_concurrency, config.ASYNC_CONCURRENCY), 1
+            ),
+            batch_size=check_count("batch_size", _default(batch_size, MAX_HELD), 1),
+            prefetch=None if prefetch is None else check_count("prefetch", prefetch, 0),
+            burst=bool(burst),
+            max_jobs=None if max_jobs is None else check_count("max_jobs", max_jobs, 1),
+            poll_interval=check_positive_seconds(
+                "poll_interval", _default(poll_interval, config.POLL_INTERVAL_SECONDS)
+            ),
+            shutdown_grace=check_seconds(
+                "shutdown_grace", _default(shutdown_grace, config.SHUTDOWN_GRACE_SECONDS)
+            ),
+            listen=config.LISTEN_NOTIFY if listen is None else bool(listen),
+            stats_interval=check_positive_seconds("stats_interval", stats_interval),
+            install_signal_handlers=bool(install_signal_handlers),
+            alias=config.DATABASE,
+            lease_seconds=config.LEASE_SECONDS,
+            heartbeat_seconds=config.HEARTBEAT_SECONDS,
+            rescue_interval=config.RESCUE_INTERVAL_SECONDS,
+            keep_succeeded=config.KEEP_SUCCEEDED_SECONDS,
+            keep_results=config.KEEP_RESULTS_SECONDS,
+            max_stuck=config.MAX_STUCK_THREADS,
+            max_result_bytes=config.MAX_PAYLOAD_BYTES,
+            unknown_job_grace=config.UNKNOWN_JOB_GRACE_SECONDS,
+            release=config.RELEASE,
+        )
+
+    @property
+    def forget_seconds(self) -> float:
+        """A worker missing this many seconds of heartbeats (or one lease) is shown as gone."""
+        return max(self.lease_seconds, 5 * self.heartbeat_seconds)
+
+
+def _queues(queues: Sequence[str] | None) -> tuple[str, ...] | None:
+    """The queues named, checked; None (every queue) for None or none named."""
+    if queues is None:
+        return None
+    if isinstance(queues, str):
+        raise ValueError(f"queues must be a list of queue names, not the string {queues!r}")
+    return tuple(check_queue(queue) for queue in queues) or None
+
+
+def _default(value, default):
+    return default if value is None else value
+
+
+def new_worker_id() -> tuple[str, str]:
+    """``(hostname, id)``: the id is unique per process and run, ``host:pid:random``."""
+    hostname = socket.gethostname()
+    return hostname, f"{hostname}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
