@@ -25,6 +25,7 @@ from .backoff import RetryPolicy
 from .calls import NO_OPTIONS, CallOptions
 from .celery_calls import CeleryCalls
 from .conf import ConfigError, get_config
+from .cron import Cron
 from .installed import require_installed
 from .payload import Undecodable
 from .retries import check_exception_classes
@@ -132,6 +133,7 @@ class JobDefinition(CeleryCalls):
     timeout: float | None = None
     # the django.tasks backend alias of a task (``task_rows.TaskDefinition``); "" for @job
     task_backend: str = ""
+    cron: Cron | None = None  # a recurring job: ``@job(cron="*/5 * * * *")`` (cron.py)
 
     def __post_init__(self) -> None:
         if self.queue is not None:
@@ -164,6 +166,9 @@ class JobDefinition(CeleryCalls):
         object.__setattr__(
             self, "discard_on", check_exception_classes("discard_on", self.discard_on) or ()
         )
+        if self.cron is not None:
+            object.__setattr__(self, "cron", Cron.of(self.cron))
+            self.check_arguments(list(self.cron.args), self.cron.kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
@@ -314,6 +319,7 @@ def job(
     retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
     discard_on: type[BaseException] | tuple[type[BaseException], ...] = (),
     timeout: float | None = None,
+    cron: str | Cron | None = None,
 ):
     """Register a function as a job; usable bare (``@job``) or with options (``@job(...)``).
 
@@ -325,8 +331,9 @@ def job(
     ``keep_result`` (keep the JSON return value, read with ``get_result``), ``retry_on`` (only
     these exception classes are retried; others dead-letter at once), ``discard_on`` (these
     dead-letter at once), ``timeout`` (seconds a call may run before it counts as a failed
-    attempt, ``JobTimeout``). ``async def`` functions are awaited by the worker on its event
-    loop (``atomic=True`` is refused for them); generator functions are refused.
+    attempt, ``JobTimeout``), ``cron`` (a recurring job: a cron expression or a ``Cron``).
+    ``async def`` functions are awaited by the worker on its event loop (``atomic=True`` is
+    refused for them); generator functions are refused.
     """
 
     def register(f: Callable[..., Any]) -> JobDefinition:
@@ -351,6 +358,7 @@ def job(
             retry_on=retry_on,
             discard_on=discard_on,
             timeout=timeout,
+            cron=cron,
         )
         _add(definition)
         return definition

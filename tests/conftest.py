@@ -181,3 +181,18 @@ def pytest_report_header(config) -> str:
         version = conn.info.server_version
     source = throwaway_pg.server_description() or "the server DATABASE_URL names"
     return f"PostgreSQL server {version // 10000}.{version % 10000}: {source}"
+
+
+@pytest.fixture
+def declared():
+    """The recurring jobs of testproject/demo/recurring.py, declared for this test only (a
+    worker of another test would otherwise write and fire them)."""
+    from django_pgjobs import registry
+    from testproject.demo import recurring
+
+    names = [recurring.every_minute, recurring.daily_in_paris]
+    for definition in names:
+        registry._add(definition)
+    yield recurring
+    for definition in names:
+        registry._REGISTRY.pop(definition.name, None)
