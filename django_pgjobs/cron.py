@@ -107,8 +107,8 @@ def plan(
     ``grace_seconds`` old is on time and fires; older ones were missed (no worker ran then):
     the ``catch_up`` most recent of them fire (0: none, the misfire policy "skip"). Looks back
     one day from ``now`` first, further only while it finds fewer than ``catch_up`` missed
-    ones, so a schedule missed for a year costs a day of steps (``skipped`` then counts the
-    missed times of the span looked at)."""
+    ones, so a schedule missed for a year costs a day of steps to plan (and up to 10,000 to
+    count what it skipped, which the log says)."""
     fields, tz = fields_of(expression), zone(time_zone)
     window = dt.timedelta(days=1)
     while True:
@@ -124,11 +124,25 @@ def plan(
             break
         window *= 4
     kept = missed[max(0, len(missed) - catch_up) :] if catch_up else []
+    fire = kept + on_time
     return Plan(
-        fire=kept + on_time,
-        skipped=len(missed) - len(kept),
+        fire=fire,
+        skipped=_count_before(fields, tz, due_since, fire[0] if fire else now),
         next_fire=next_after(expression, time_zone, now),
     )
+
+
+def _count_before(
+    fields: str, tz: zoneinfo.ZoneInfo, since: dt.datetime, end: dt.datetime, limit: int = 10_000
+) -> int:
+    """Fire times from ``since`` up to (not including) ``end`` (or ``now``), at most ``limit``:
+    the missed times left out, for the log."""
+    skipped = 0
+    for moment in _times_from(fields, tz, since - dt.timedelta(microseconds=1)):
+        if moment >= end or skipped >= limit:
+            break
+        skipped += 1
+    return skipped
 
 
 @dataclasses.dataclass(frozen=True)

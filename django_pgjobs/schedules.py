@@ -100,6 +100,10 @@ def advance(connection: Connection, schedule: dict[str, Any], next_fire: dt.date
         return cursor.rowcount == 1
 
 
+def jobs_connection() -> Connection:
+    return db.jobs_connection()
+
+
 def run_now(connection: Connection, schedule, definition: Any) -> int:
     """Enqueue a schedule's job now (the admin's "run now"), paused or not; the job's id."""
     row = {"id": schedule.pk, "args": schedule.args, "kwargs": schedule.kwargs}

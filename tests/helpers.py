@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -133,3 +135,15 @@ def wait_until_listening(timeout: float = 60) -> None:
             return cursor.fetchone()[0] > 0
 
     wait_until(listening, timeout=timeout)
+
+
+LOOKED = re.compile(r"schedules looked at (\S+): (\d+) due, (\d+) fired, (\d+) fired elsewhere")
+
+
+def schedule_looks(worker: WorkerProcess) -> list[tuple[datetime, int, int]]:
+    """(when, fired, fired elsewhere) of each look at the schedules a worker logged (``runjobs
+    -v 2``; when: the database's clock)."""
+    return [
+        (datetime.fromisoformat(m[1]), int(m[3]), int(m[4]))
+        for m in LOOKED.finditer(worker.output())
+    ]
