@@ -331,9 +331,8 @@ def job(
     ``keep_result`` (keep the JSON return value, read with ``get_result``), ``retry_on`` (only
     these exception classes are retried; others dead-letter at once), ``discard_on`` (these
     dead-letter at once), ``timeout`` (seconds a call may run before it counts as a failed
-    attempt, ``JobTimeout``), ``cron`` (a recurring job: a cron expression or a ``Cron``).
-    ``async def`` functions are awaited by the worker on its event loop (``atomic=True`` is
-    refused for them); generator functions are refused.
+    attempt, ``JobTimeout``), ``cron`` (recurring: a cron expression or a ``Cron``). Async
+    jobs are awaited by the worker (no ``atomic=True``); generator functions are refused.
     """
 
     def register(f: Callable[..., Any]) -> JobDefinition:
@@ -363,9 +362,7 @@ def job(
         _add(definition)
         return definition
 
-    if func is not None:
-        return register(func)
-    return register
+    return register if func is None else register(func)
 
 
 def queues_in_use(connection) -> set[str]:

@@ -20,7 +20,7 @@ from .. import cron, registry, schedules
 from ..conf import get_config
 from ..models import DeadLetter, Job, Schedule, ScheduleFire
 from . import display
-from .base import plural
+from .base import CappedChangeList, CappedPaginator, plural
 
 DEFINITION = ("job_name", "cron", "time_zone", "args", "kwargs", "catch_up")
 #: Fires shown on a schedule's page.
@@ -82,6 +82,8 @@ class ScheduleAdmin(admin.ModelAdmin):
     """Schedules: what runs when, the next and last run, the last outcome."""
 
     form = ScheduleForm
+    paginator = CappedPaginator
+    show_full_result_count = False
     list_display = (
         "name",
         "job",
@@ -96,6 +98,9 @@ class ScheduleAdmin(admin.ModelAdmin):
     search_fields = ("name", "job_name")
     actions = ("pause", "resume", "run_now")
     readonly_fields = ("source", "next_run", "last_run", "last_outcome", "recent_fires")
+
+    def get_changelist(self, request, **kwargs):
+        return CappedChangeList  # paged as the other lists; a NUL in a lookup lists nothing
 
     def get_queryset(self, request):
         return super().get_queryset(request).using(get_config().DATABASE)
