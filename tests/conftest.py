@@ -29,7 +29,7 @@ import pytest
 from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
-from helpers import MANAGE, ROOT, WorkerProcess, database_url_for_tests
+from helpers import MANAGE, ROOT, WorkerProcess, database_url_for_tests, registered_for_the_test
 
 from testproject import throwaway_pg
 
@@ -185,14 +185,8 @@ def pytest_report_header(config) -> str:
 
 @pytest.fixture
 def declared():
-    """The recurring jobs of testproject/demo/recurring.py, declared for this test only (a
-    worker of another test would otherwise write and fire them)."""
-    from django_pgjobs import registry
+    """The recurring jobs of testproject/demo/recurring.py, declared for this test only."""
     from testproject.demo import recurring
 
-    names = [recurring.every_minute, recurring.daily_in_paris]
-    for definition in names:
-        registry._add(definition)
-    yield recurring
-    for definition in names:
-        registry._REGISTRY.pop(definition.name, None)
+    with registered_for_the_test(recurring.every_minute, recurring.daily_in_paris):
+        yield recurring
