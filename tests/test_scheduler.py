@@ -261,3 +261,11 @@ def test_a_due_schedule_whose_job_is_unknown_is_kept_and_logged(caplog):
     assert unit.run_once().unknown == 1
     assert caplog.text.count("names job 'myapp.jobs.removed', which this worker does not") == 1
     assert Schedule.objects.filter(pk=row.pk).exists() and fire_times(row) == []
+
+
+def test_a_row_written_without_its_next_fire_time_starts_at_the_next_one():
+    row = Schedule.objects.create(name="by hand", job_name=RECORD, cron="@hourly", args=["x"])
+    assert scheduler(Clock(dt.datetime(2026, 1, 5, 9, 20, tzinfo=UTC))).run_once().fired == 0
+    row.refresh_from_db()
+    assert row.next_fire_at == dt.datetime(2026, 1, 5, 10, 0, tzinfo=UTC)
+    assert fire_times(row) == []

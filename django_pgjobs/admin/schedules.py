@@ -160,7 +160,9 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     @admin.display(description="recent runs (the jobs it produced)")
     def recent_fires(self, obj):
-        fires = list(ScheduleFire.objects.using(get_config().DATABASE).filter(schedule=obj)[:20])
+        fires = list(
+            ScheduleFire.objects.using(get_config().DATABASE).filter(schedule=obj)[:RECENT_FIRES]
+        )
         if not fires:
             return "none yet"
         outcomes = self._outcomes([fire.job_id for fire in fires])
