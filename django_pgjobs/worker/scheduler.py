@@ -57,6 +57,7 @@ class Scheduler(MaintenanceUnit):
         self.warned: set[int] = set()  # schedules whose unknown job was logged
         self.pruned_at = float("-inf")
         self.next_wake: dt.datetime | None = None  # the next fire time seen by the last look
+        self.last_now: dt.datetime | None = None  # the clock of the last look
         super().__init__()
 
     def first_delay(self) -> float:
@@ -76,8 +77,6 @@ class Scheduler(MaintenanceUnit):
         if self.next_wake is not None and self.last_now is not None:
             wait = min(wait, max(0.0, (self.next_wake - self.last_now).total_seconds()))
         return wait
-
-    last_now: dt.datetime | None = None
 
     def run_once(self) -> SchedulerCounts:
         connection = self.db.connection()
