@@ -27,6 +27,7 @@ from .executors import ExecutorPool
 from .failures import FailurePolicy
 from .faults import DispatcherDatabase, LoopBackoff
 from .holding import Prefetch
+from .inline import InlineDatabase, InlineExecutors
 from .listener import Listener
 from .logs import log_start, log_stats, warn_unused_queues
 from .maintenance import (
@@ -90,13 +91,13 @@ class Worker:
         self.state = DispatcherState()
         self.inbox = Inbox()  # any thread -> dispatcher
         self.stop = StopState(o.shutdown_grace)
-        self.db = DispatcherDatabase(o.alias, self.stop)
+        self.db = (InlineDatabase if o.inline else DispatcherDatabase)(o.alias, self.stop)
         self.acks = Acknowledgements(self.db, self.state, o.batch_size)
         self.starts = PendingStarts(self.db, self.state, self.inbox)
         self.failures = FailurePolicy(
             self.db, self.state, self.id, self.sender, o.unknown_job_grace, o.release
         )
-        self.executors = ExecutorPool(
+        self.executors = (InlineExecutors if o.inline else ExecutorPool)(
             alias=o.alias,
             concurrency=o.concurrency,
             inbox=self.inbox,

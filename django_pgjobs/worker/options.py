@@ -39,6 +39,7 @@ class WorkerOptions:
     listen: bool
     stats_interval: float
     install_signal_handlers: bool
+    inline: bool  # on the caller's thread and connection (``inline.py``): run_jobs() in a test
     # from the settings
     alias: str
     lease_seconds: float
@@ -67,6 +68,7 @@ class WorkerOptions:
         listen: bool | None = None,
         stats_interval: float = STATS_INTERVAL_SECONDS,
         install_signal_handlers: bool = True,
+        inline: bool = False,
     ) -> WorkerOptions:
         """``ValueError`` naming the option for any value out of its range."""
         config = get_config()
@@ -86,9 +88,11 @@ class WorkerOptions:
             shutdown_grace=check_seconds(
                 "shutdown_grace", _default(shutdown_grace, config.SHUTDOWN_GRACE_SECONDS)
             ),
-            listen=config.LISTEN_NOTIFY if listen is None else bool(listen),
+            # inline: nothing to wake (the caller runs every step), and LISTEN needs a thread
+            listen=False if inline else config.LISTEN_NOTIFY if listen is None else bool(listen),
             stats_interval=check_positive_seconds("stats_interval", stats_interval),
-            install_signal_handlers=bool(install_signal_handlers),
+            install_signal_handlers=bool(install_signal_handlers) and not inline,
+            inline=bool(inline),
             alias=config.DATABASE,
             lease_seconds=config.LEASE_SECONDS,
             heartbeat_seconds=config.HEARTBEAT_SECONDS,
