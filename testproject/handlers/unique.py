@@ -38,7 +38,7 @@ def sync_account(account_id: int) -> None:
 
 # The scope "waiting": one refresh may wait while another runs, so a change made during a
 # refresh is never missed, and refreshes never pile up.
-@job(queue="unique", unique_key=lambda: "refresh-prices", unique_scope="waiting")
+@job(queue="unique", unique_key=lambda **_: "refresh-prices", unique_scope="waiting")
 def refresh_prices(hold: str = "") -> None:
     _ran("refresh-prices")
     if hold:  # the tests hold a refresh running until they release it
