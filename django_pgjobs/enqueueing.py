@@ -172,7 +172,7 @@ def enqueue_call(
         rules = rules_for(definition, options)
         if not rules.waiting:
             _hand_over_own_key(params["unique_key"])
-        if rules.statement() != "enqueue_job":
+        if not rules.plain:
             return _enqueue_keyed(definition, options, (args, kwargs), params, rules)
     elif _rules_without_key(definition, options):
         raise ValueError(
@@ -215,7 +215,13 @@ def _enqueue_keyed(
     definition: JobSpec, options: CallOptions, call: tuple, params: dict, rules: UniqueRules
 ) -> Job:
     """Insert, replace (debounce) or skip a job with a unique key, in the one statement of its
-    rules (``UniqueRules.statement``); a skipped call returns the job holding the key."""
+    rules; a skipped call returns the job holding the key."""
+    if rules.debounce:
+        statement = "enqueue_job_waiting_debounced" if rules.waiting else "enqueue_job_debounced"
+    elif rules.throttle is not None:
+        statement = "enqueue_job_waiting_throttled" if rules.waiting else "enqueue_job_throttled"
+    else:
+        statement = "enqueue_job_waiting"
     config = get_config()
     connection = db.jobs_connection()
     after_commit = config.LISTEN_NOTIFY and _wakes_after_commit(connection)
@@ -225,7 +231,7 @@ def _enqueue_keyed(
         **rules.params(key),
         "notify": config.LISTEN_NOTIFY and not after_commit,
     }
-    rows = db.execute(connection, rules.statement(), statement_params)
+    rows = db.execute(connection, statement, statement_params)
     if not rows:
         holder = _holder(connection, key, waiting=rules.waiting)
         if holder is None and rules.throttle is None:  # it left between the two statements
@@ -305,7 +311,7 @@ def enqueue_many(
     item is a dict. Jobs whose unique key is already in flight are skipped: the returned list
     holds the inserted jobs only.
     """
-    if rules_for(definition, options).statement() != "enqueue_job":
+    if not rules_for(definition, options).plain:
         raise ValueError(
             f"{definition.name}: enqueue_many takes the default unique rules only (scope "
             "'in_flight', a held key skipped); enqueue jobs with unique_scope='waiting', "

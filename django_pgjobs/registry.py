@@ -337,6 +337,8 @@ def job(
     loop (``atomic=True`` is refused for them); generator functions are refused.
     """
 
+    options = {key: value for key, value in locals().items() if key not in ("func", "name")}
+
     def register(f: Callable[..., Any]) -> JobDefinition:
         if isinstance(f, JobDefinition):
             raise TypeError("@job applied twice")
@@ -345,24 +347,7 @@ def job(
         job_name = name or _module_level_name(f)
         require_installed(f"@job {job_name}")
         check_runs_when_called(f, job_name)
-        definition = JobDefinition(
-            func=f,
-            name=job_name,
-            queue=queue,
-            priority=priority,
-            max_attempts=max_attempts,
-            atomic=atomic,
-            lease_seconds=lease_seconds,
-            retry=retry,
-            unique_key=unique_key,
-            keep_result=keep_result,
-            retry_on=retry_on,
-            discard_on=discard_on,
-            timeout=timeout,
-            unique_scope=unique_scope,
-            debounce=debounce,
-            throttle=throttle,
-        )
+        definition = JobDefinition(func=f, name=job_name, **options)  # each option of @job
         _add(definition)
         return definition
 

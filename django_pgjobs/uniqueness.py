@@ -97,14 +97,11 @@ class UniqueRules:
             given.setdefault("debounce", None)
         return dataclasses.replace(self, **given)
 
-    def statement(self) -> str:
-        """The enqueue statement that applies these rules (``sql/queries.sql``)."""
-        scope = "_waiting" if self.waiting else ""
-        if self.debounce:
-            return f"enqueue_job{scope}_debounced"
-        if self.throttle is not None:
-            return f"enqueue_job{scope}_throttled"
-        return f"enqueue_job{scope}" if scope else "enqueue_job"
+    @property
+    def plain(self) -> bool:
+        """The rules every key had before: scope ``in_flight``, a held key skipped, no throttle
+        (the plain ``enqueue_job`` statement applies them)."""
+        return not self.waiting and not self.debounce and self.throttle is None
 
     def params(self, unique_key: str) -> dict[str, Any]:
         """The statement's parameters for the key (the row's key columns included)."""
