@@ -53,12 +53,7 @@ class Job(models.Model):
         default=0, help_text="Attempts started (counted before the job runs)."
     )
     max_attempts = models.IntegerField(default=5)
-    unique_key = models.CharField(  # noqa: DJ001 (NULL: no key)
-        max_length=255,
-        null=True,
-        blank=True,
-        help_text="Held while the job waits or runs (unique scope 'in_flight').",
-    )
+    unique_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 (NULL: no key)
     waiting_key = models.CharField(  # noqa: DJ001 (NULL: no key, or no longer held)
         max_length=255,
         null=True,

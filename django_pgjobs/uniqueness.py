@@ -62,12 +62,14 @@ class UniqueRules:
     throttle: float | None = None
 
     def __post_init__(self) -> None:
-        if self.unique_scope is not None:
-            check_unique_scope(self.unique_scope)
-        if self.debounce is not None:
-            check_debounce(self.debounce)
-        if self.throttle is not None:
-            check_throttle(self.throttle)
+        checks = (
+            (check_unique_scope, self.unique_scope),
+            (check_debounce, self.debounce),
+            (check_throttle, self.throttle),
+        )
+        for check, value in checks:
+            if value is not None:
+                check(value)
         if self.debounce and self.throttle is not None:
             raise ValueError(
                 "debounce and throttle cannot be combined: a throttled key lets one job through "

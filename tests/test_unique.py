@@ -110,6 +110,14 @@ def test_the_scope_waiting_frees_the_key_when_a_worker_takes_the_job():
     assert refresh_prices.enqueue().enqueue_outcome == SKIPPED
 
 
+def test_the_admin_finds_a_job_by_its_waiting_key(admin_client):
+    waiting = refresh_prices.enqueue()
+    response = admin_client.get("/admin/django_pgjobs/job/?q=refresh-prices")
+    assert [j.pk for j in response.context["cl"].result_list] == [waiting.pk]
+    page = admin_client.get(f"/admin/django_pgjobs/job/{waiting.pk}/change/").content.decode()
+    assert "refresh-prices" in page
+
+
 def test_the_scope_waiting_lets_a_new_job_in_while_one_runs(start_worker):
     Counter.objects.create(name="release")
     running = refresh_prices.enqueue(hold="release")
