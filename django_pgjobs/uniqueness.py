@@ -78,10 +78,6 @@ class UniqueRules:
             )
 
     @property
-    def given(self) -> bool:
-        return (self.unique_scope, self.debounce, self.throttle) != (None, None, None)
-
-    @property
     def waiting(self) -> bool:
         return self.unique_scope == UniqueScope.WAITING
 
@@ -130,9 +126,11 @@ class HasUniqueRules:
     def unique_rules(self) -> UniqueRules:
         return UniqueRules(self.unique_scope, self.debounce, self.throttle)
 
-
-#: No rule given: the scope ``in_flight``, skip a held key, no throttle.
-NO_RULES = UniqueRules()
+    def gives_unique_rules(self) -> bool:
+        """Whether any of the three is given (cheap: read on every enqueue without a key)."""
+        return (
+            self.unique_scope is not None or self.debounce is not None or self.throttle is not None
+        )
 
 
 def rules_for(definition: Any, options: Any) -> UniqueRules:
