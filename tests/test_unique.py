@@ -129,8 +129,7 @@ def test_the_scope_waiting_lets_a_new_job_in_while_one_runs(start_worker):
     again = refresh_prices.using(delay=3600).enqueue()
     assert (waiting.enqueue_outcome, again.enqueue_outcome) == (CREATED, SKIPPED)
     assert again.pk == waiting.pk != running.pk
-    # the same with the default scope: the running job holds the key
-    assert Job.objects.get(pk=running.pk).status == "running"
+    assert Job.objects.get(pk=running.pk).status == "running"  # all along
     Counter.objects.filter(name="release").update(value=1)
     wait_until(lambda: not Job.objects.filter(pk=running.pk).exists(), timeout=60)
     assert list(Job.objects.values_list("pk", "status")) == [(waiting.pk, "ready")]
