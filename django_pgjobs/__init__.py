@@ -2,7 +2,7 @@
 
 Public API: ``job`` (decorator), ``enqueue``, ``enqueue_many``, ``abort`` (and ``Aborted``),
 ``RetryPolicy``, ``Retry`` and ``Discard`` (raised by handlers), ``get_result``/``aget_result``
-(``JobResult``); models in
+(``JobResult``), ``EnqueueOutcome`` and ``UniqueScope`` (unique keys); models in
 ``django_pgjobs.models`` (``Job``, ``DeadLetter``); the worker is ``manage.py runjobs``.
 """
 
@@ -28,6 +28,8 @@ __all__ = [
     "JobResult",
     "JobResultDoesNotExist",
     "UnknownJobError",
+    "EnqueueOutcome",
+    "UniqueScope",
     "__version__",
 ]
 
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
     from .registry import JobDefinition, JobWithOptions, UnknownJobError, job
     from .results import JobResult, JobResultDoesNotExist, aget_result, get_result
     from .retries import Discard, Retry
+    from .uniqueness import EnqueueOutcome, UniqueScope
 
 
 def enqueue(job: JobDefinition | JobWithOptions | str, *args: Any, **kwargs: Any) -> Job:
@@ -68,6 +71,8 @@ def abort(job_id_or_ids: Any, *, using: str | None = None, **options: Any) -> Ab
 _LAZY = {
     "job": "registry",
     "UnknownJobError": "registry",
+    "EnqueueOutcome": "uniqueness",
+    "UniqueScope": "uniqueness",
     "RetryPolicy": "backoff",
     "JobTimeout": "errors",
     "Aborted": "errors",

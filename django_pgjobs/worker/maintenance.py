@@ -193,7 +193,8 @@ class PruneConfig:
 class Pruner(AtStartThenJittered):
     """Deletes the successful jobs kept past their retention: ``keep_succeeded_seconds``, or
     ``keep_results_seconds`` for jobs that kept their result (always: those are kept whatever
-    ``KEEP_SUCCEEDED_SECONDS`` says). Returns how many it deleted."""
+    ``KEEP_SUCCEEDED_SECONDS`` says), and the throttle windows past their end
+    (``models.ThrottleWindow``). Returns how many rows it deleted."""
 
     def __init__(self, db: DispatcherDatabase, config: PruneConfig) -> None:
         self.db, self.config = db, config
@@ -201,12 +202,10 @@ class Pruner(AtStartThenJittered):
 
     def run_once(self) -> int:
         config = self.config
+        connection = self.db.connection()
         return operations.prune_succeeded(
-            self.db.connection(),
-            config.keep_succeeded_seconds,
-            config.keep_results_seconds,
-            config.limit,
-        )
+            connection, config.keep_succeeded_seconds, config.keep_results_seconds, config.limit
+        ) + operations.prune_throttle_windows(connection)
 
 
 # -- counts -------------------------------------------------------------------------------------
