@@ -15,10 +15,10 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 
-from .. import registry
+from .. import overview, registry
 from ..conf import get_config
 from ..models import DeadLetter, Job, QueueState, Worker
-from . import display, overview
+from . import display
 from .base import require_view
 from .queues import with_queues_text
 

@@ -31,8 +31,8 @@ from typing import Any
 
 from django.utils import timezone
 
-from .. import db, operations, sql
-from ..metrics import WAIT_BUCKET_BOUNDS
+from . import db, operations, sql
+from .metrics import WAIT_BUCKET_BOUNDS
 
 RECENT_MINUTES = 15
 THROUGHPUT_MINUTES = 5
