@@ -74,7 +74,7 @@ def explain(statements: list[str]) -> list[tuple[str, float, str]]:
             cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + text)
             plan = "\n".join(row[0] for row in cursor.fetchall())
             took = float(re.search(r"Execution Time: ([\d.]+) ms", plan).group(1))
-            indexes = sorted(set(re.findall(r"using (\w+)", plan)))
+            indexes = sorted(set(re.findall(r"Index (?:Only )?Scan (?:using|on) (\w+)", plan)))
             seq = sorted(set(re.findall(r"Seq Scan on (\w+)", plan)))
             walked = ", ".join(indexes) + (f"; seq scan: {', '.join(seq)}" if seq else "")
             explained.append((" ".join(text.split()[:8]), took, walked))
@@ -92,9 +92,12 @@ def main(argv: list[str]) -> int:
 
     point_at_bench_database()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
+    import logging
+
     import django
 
     django.setup()
+    logging.getLogger("django.request").setLevel(logging.ERROR)  # health's 503s are expected
     from django.core.management import call_command
     from django.db import connection
 
