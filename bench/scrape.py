@@ -16,7 +16,7 @@ plan walks, so a statement that reads a table whole shows up. Exits 1 when a med
 
 from __future__ import annotations
 
-import argparse
+import logging
 import os
 import re
 import statistics
@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.admin_pages import fill, point_at_bench_database  # noqa: E402
+from bench.admin_pages import exit_status, parse_options, prepare  # noqa: E402
 
 TOKEN = "bench-scrape-token-0123456789abcdef"
 ENDPOINTS = (("metrics", "/pgjobs/metrics"), ("health", "/pgjobs/health"))
@@ -82,35 +82,9 @@ def explain(statements: list[str]) -> list[tuple[str, float, str]]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=1_000_000)
-    parser.add_argument("--dead", type=int, default=100_000)
-    parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--limit", type=float, default=0.1, help="seconds a median must stay under")
-    parser.add_argument("--reuse", action="store_true", help="keep the rows of the last run")
-    options = parser.parse_args(argv)
-
-    point_at_bench_database()
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
-    import logging
-
-    import django
-
-    django.setup()
+    options = parse_options(argv, __doc__.splitlines()[0], repeat=20, limit=0.1)
+    job_rows, dead_rows, version = prepare(options)
     logging.getLogger("django.request").setLevel(logging.ERROR)  # health's 503s are expected
-    from django.core.management import call_command
-    from django.db import connection
-
-    call_command("migrate", verbosity=0)
-    if not options.reuse:
-        print(f"filling {options.jobs:,} job rows and {options.dead:,} dead letters")
-        fill(options.jobs, options.dead)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT (SELECT count(*) FROM pgjobs_job), (SELECT count(*) FROM pgjobs_deadletter), "
-            "current_setting('server_version')"
-        )
-        job_rows, dead_rows, version = cursor.fetchone()
     results, scrape_sql = time_endpoints(options.repeat)
     print(
         f"\n{job_rows:,} job rows, {dead_rows:,} dead letters, PostgreSQL {version}, "
@@ -124,11 +98,7 @@ def main(argv: list[str]) -> int:
     print("| --- | ---: | --- |")
     for words, took, walked in explain(scrape_sql):
         print(f"| `{words} ...` | {took:.2f} | {walked} |")
-    slow = [label for label, median, _, _ in results if median >= options.limit]
-    if slow:
-        print(f"\nslower than {options.limit:g}s: {', '.join(slow)}")
-        return 1
-    return 0
+    return exit_status(results, options.limit)
 
 
 if __name__ == "__main__":

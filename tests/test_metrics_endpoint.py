@@ -84,28 +84,30 @@ def test_the_scrape_says_what_the_rows_say(admin_client):
     before = timezone.now()
     found = samples(admin_client.get(URL))
     after = timezone.now()
-    expected = {
-        q("pgjobs_jobs", queue="mail", state="due"): 3,
-        q("pgjobs_jobs", queue="mail", state="scheduled"): 2,
-        q("pgjobs_jobs", queue="mail", state="retrying"): 1,
-        q("pgjobs_jobs", queue="mail", state="running"): 2,
-        q("pgjobs_jobs", queue="reports", state="due"): 1,
-        q("pgjobs_jobs", queue="reports", state="running"): 0,
-        q("pgjobs_leases_expired", queue="mail"): 1,
-        q("pgjobs_queue_paused", queue="mail"): 0,
-        q("pgjobs_queue_paused", queue="reports"): 1,
-        q("pgjobs_counts_estimated"): 0,
-        q("pgjobs_dead_letters", queue="mail"): 3,
-        q("pgjobs_dead_letters_last_hour", queue="mail"): 2,
-        q("pgjobs_dead_letters", queue="reports"): 0,
-        q("pgjobs_succeeded_last_hour", queue="mail"): 18,
-        q("pgjobs_failed_last_hour", queue="mail"): 3,
-        q("pgjobs_succeeded_last_hour", queue="reports"): 0,
-        q("pgjobs_workers_alive"): 2,
-        q("pgjobs_queue_workers_alive", queue="mail"): 2,
-        q("pgjobs_queue_workers_alive", queue="reports"): 1,
+    jobs = {"due": 3, "scheduled": 2, "retrying": 1, "running": 2}
+    assert {state: found.get(q("pgjobs_jobs", queue="mail", state=state)) for state in jobs} == jobs
+    per_queue = {  # series: (mail, reports)
+        "pgjobs_jobs": (8, 1),  # every state
+        "pgjobs_leases_expired": (1, 0),
+        "pgjobs_queue_paused": (0, 1),
+        "pgjobs_dead_letters": (3, 0),
+        "pgjobs_dead_letters_last_hour": (2, 0),
+        "pgjobs_succeeded_last_hour": (18, 0),
+        "pgjobs_failed_last_hour": (3, 0),
+        "pgjobs_queue_workers_alive": (2, 1),
     }
-    assert {key: found.get(key) for key in expected} == expected
+    assert {
+        name: tuple(
+            sum(
+                value
+                for (n, labels), value in found.items()
+                if n == name and ("queue", queue) in labels
+            )
+            for queue in ("mail", "reports")
+        )
+        for name in per_queue
+    } == per_queue
+    assert (found[q("pgjobs_workers_alive")], found[q("pgjobs_counts_estimated")]) == (2, 0)
     # the oldest due job became due 120 s before the rows were written
     age = found[q("pgjobs_oldest_due_job_age_seconds", queue="mail")]
     assert 120 <= age <= 120 + (after - before).total_seconds() + 5
