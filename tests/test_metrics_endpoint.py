@@ -179,3 +179,12 @@ def test_a_short_token_is_a_configuration_error():
         assert get_config().METRICS_TOKEN == TOKEN
     with with_token("short"), pytest.raises(ConfigError, match="at least 24 characters"):
         get_config()
+
+
+def test_without_prometheus_client_the_endpoint_says_what_to_install(admin_client, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "django_pgjobs.prometheus", None)  # import raises
+    response = admin_client.get(URL)
+    assert response.status_code == 501
+    assert b"django-pgjobs[prometheus]" in response.content
