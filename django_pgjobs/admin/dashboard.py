@@ -48,8 +48,9 @@ def chart_bars(points, width: int = CHART_WIDTH, height: int = CHART_HEIGHT) -> 
 
 
 def worker_rows(model_admin, now, known_queues: set[str]) -> list[dict]:
-    """The dashboard's line of each registered worker: alive (``overview.alive_seconds``), last seen, up for, the queues it serves, and those of them no job has used
-    (not in ``known_queues``: a typo on ``runjobs --queue`` idles for ever)."""
+    """The dashboard's line of each registered worker: alive (``overview.alive_seconds``), last
+    seen, up for, the queues it serves, and those of them no job has used (not in
+    ``known_queues``: a typo on ``runjobs --queue`` idles for ever)."""
     alive_within = overview.alive_seconds()
     workers = []
     for worker in with_queues_text(model_admin.rows(Worker)):

@@ -114,10 +114,10 @@ class LivenessConfig:
 
 class LivenessFile(MaintenanceUnit):
     """Touches ``config.path`` at start and every ``interval_seconds`` while the loop turns
-    (waiting for the database included: the loop runs it before any statement), for a probe that reads its
-    age without asking the database (``runjobs --liveness-file``; docs/howto/deploy.md). A
-    file that cannot be written is logged, never fatal: the probe then fails, which says it.
-    Returns whether it touched the file."""
+    (waiting for the database included: the loop runs it before any statement), for a probe
+    that reads its age without asking the database (``runjobs --liveness-file``;
+    docs/howto/deploy.md). A file that cannot be written is logged, never fatal: the probe then
+    fails, which says it. Returns whether it touched the file."""
 
     def __init__(self, config: LivenessConfig) -> None:
         self.config = config
