@@ -188,3 +188,30 @@ def test_without_prometheus_client_the_endpoint_says_what_to_install(admin_clien
     response = admin_client.get(URL)
     assert response.status_code == 501
     assert b"django-pgjobs[prometheus]" in response.content
+
+
+def test_a_scrape_of_a_big_table_runs_only_statements_shown_to_use_their_index(
+    admin_client, monkeypatch
+):
+    """Above EXACT_COUNT_ROWS a scrape counts through indexes only: each statement it runs is
+    one tests/test_indexes.py proves walks its index on a million rows, or reads a table of a
+    handful of rows (the pauses, the worker registry, the planner's statistics)."""
+    from test_indexes import EXPECTED_USERS
+
+    from django_pgjobs import db, overview
+
+    seed_rows()
+    monkeypatch.setattr(overview, "EXACT_COUNT_ROWS", -1)  # as if pgjobs_job were big
+    run: list[str] = []
+    execute = db.execute
+
+    def recording(connection, name, params=None):
+        run.append(name)
+        return execute(connection, name, params)
+
+    monkeypatch.setattr(db, "execute", recording)
+    found = samples(admin_client.get(URL))
+    assert found[q("pgjobs_counts_estimated")] == 1
+    assert found[q("pgjobs_jobs", queue="mail", state="running")] == 2  # still exact
+    proven = set().union(*EXPECTED_USERS.values())
+    assert set(run) - proven == {"paused_queues", "live_workers", "table_row_estimates"}
