@@ -5,6 +5,7 @@ forwarder (tests/tcp_proxy.py) for the faults only a network makes.
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections.abc import Iterator
@@ -184,3 +185,21 @@ def test_read_only_database_is_waited_out(start_worker, other_connection):
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0, worker.output()
     assert "Traceback" not in worker.output()
+
+
+def test_the_liveness_file_is_touched_while_the_database_is_away(start_worker, proxy, tmp_path):
+    """The probe reads the file, not the database: an outage the worker waits out restarts no
+    worker (runjobs --liveness-file, docs/howto/deploy.md)."""
+    alive = tmp_path / "alive"
+    demo.record.enqueue("long", sleep=60)
+    options = ("--shutdown-grace", "1", "--liveness-file", str(alive))
+    worker = start_behind(proxy, start_worker, *options, env=FAST_HEARTBEAT)
+    wait_until(lambda: Job.objects.filter(status="running").exists(), timeout=30)
+    proxy.refuse()  # the server is gone: connections closed, new ones refused
+    wait_until(lambda: "database unavailable" in worker.output(), timeout=30)
+    stale = time.time() - 3600
+    os.utime(alive, (stale, stale))
+    wait_until(lambda: alive.stat().st_mtime > stale + 3000, timeout=30)
+    assert "database unavailable" in worker.output()  # still waiting: touched meanwhile
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.output()

@@ -24,6 +24,7 @@ PAGES = [
     "docs/howto/from-celery.md",
     "docs/howto/testing.md",
     "docs/howto/unique.md",
+    "docs/howto/monitor.md",
 ]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 NAMED = re.compile(r"#\s*((?:testproject|tests)/\S+\.py)\s*\n")

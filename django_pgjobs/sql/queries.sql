@@ -532,6 +532,14 @@ WHERE last_seen_at < now() - %(forget_seconds)s * interval '1 second'
   AND id NOT IN (SELECT id FROM touched)
 RETURNING id;
 
+-- name: live_workers
+-- The workers heard from within `alive_seconds`, with the queues each serves (an empty list:
+-- every queue). The registry holds one row per worker process.
+SELECT id, hostname, queues
+FROM pgjobs_worker
+WHERE last_seen_at >= now() - %(alive_seconds)s * interval '1 second'
+ORDER BY id;
+
 -- name: unregister_worker
 -- Remove a worker from the registry when it stops.
 DELETE FROM pgjobs_worker WHERE id = %(id)s;

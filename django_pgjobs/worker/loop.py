@@ -33,6 +33,8 @@ from .logs import log_start, log_stats, warn_unused_queues
 from .maintenance import (
     HeartbeatConfig,
     LeaseHeartbeat,
+    LivenessConfig,
+    LivenessFile,
     MaintenanceUnit,
     MetricsConfig,
     MetricsFlush,
@@ -78,6 +80,7 @@ class Worker:
         self.hostname, self.id = new_worker_id()
         self.sender = Worker  # of every django_pgjobs signal
         self.units: list[MaintenanceUnit] = []  # built when the loop starts
+        self.liveness: LivenessFile | None = None  # one of the units, run first in a turn
         self._wire(self.options)
         self.signal_handlers = SignalHandlers(
             self.stop,
@@ -145,7 +148,10 @@ class Worker:
     def _maintenance_units(self) -> list[MaintenanceUnit]:
         """The periodic units, in the order they run within a turn."""
         o, db = self.options, self.db
+        if o.liveness_file is not None:
+            self.liveness = LivenessFile(LivenessConfig(o.liveness_file, o.heartbeat_seconds))
         return [
+            *([self.liveness] if self.liveness else []),
             self.timeouts,
             MetricsFlush(db, MetricsConfig(), self.state.metrics),
             LeaseHeartbeat(
@@ -239,6 +245,8 @@ class Worker:
             turns.database_down = True  # the last step failed: do not wait for another
             self.shutdown.leave_to_leases()
             return False
+        if self.liveness:  # before any statement: a turn that waits for the database touches it
+            self.liveness.run_if_due(time.monotonic())
         try:
             self._drain_events(block_for=0)
             claim_due = self.claimer.due()  # the claim carries the acknowledgements

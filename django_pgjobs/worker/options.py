@@ -40,6 +40,7 @@ class WorkerOptions:
     stats_interval: float
     install_signal_handlers: bool
     inline: bool  # on the caller's thread and connection (``inline.py``): run_jobs() in a test
+    liveness_file: str | None  # None: none written
     # from the settings
     alias: str
     lease_seconds: float
@@ -69,6 +70,7 @@ class WorkerOptions:
         stats_interval: float = STATS_INTERVAL_SECONDS,
         install_signal_handlers: bool = True,
         inline: bool = False,
+        liveness_file: str | os.PathLike | None = None,
     ) -> WorkerOptions:
         """``ValueError`` naming the option for any value out of its range."""
         config = get_config()
@@ -93,6 +95,7 @@ class WorkerOptions:
             stats_interval=check_positive_seconds("stats_interval", stats_interval),
             install_signal_handlers=bool(install_signal_handlers) and not inline,
             inline=bool(inline),
+            liveness_file=None if liveness_file is None else _liveness_file(liveness_file),
             alias=config.DATABASE,
             lease_seconds=config.LEASE_SECONDS,
             heartbeat_seconds=config.HEARTBEAT_SECONDS,
@@ -118,6 +121,14 @@ def _queues(queues: Sequence[str] | None) -> tuple[str, ...] | None:
     if isinstance(queues, str):
         raise ValueError(f"queues must be a list of queue names, not the string {queues!r}")
     return tuple(check_queue(queue) for queue in queues) or None
+
+
+def _liveness_file(path: str | os.PathLike) -> str:
+    """The path of the liveness file, whose directory must exist."""
+    text = os.fspath(path)
+    if not text or not os.path.isdir(os.path.dirname(os.path.abspath(text))):
+        raise ValueError(f"liveness_file: no directory to write {text!r} in")
+    return text
 
 
 def _default(value, default):
