@@ -233,15 +233,22 @@ def time_pages(repeat: int, deep_page: int) -> list[tuple[str, float, float, int
     return results
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_options(argv: list[str], description: str, repeat: int, limit: float):
+    """The options of a timing run on the big queue (this script's and bench/scrape.py's)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--jobs", type=int, default=1_000_000)
     parser.add_argument("--dead", type=int, default=100_000)
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--limit", type=float, default=1.0, help="seconds a median must stay under")
+    parser.add_argument("--repeat", type=int, default=repeat)
+    parser.add_argument(
+        "--limit", type=float, default=limit, help="seconds a median must stay under"
+    )
     parser.add_argument("--reuse", action="store_true", help="keep the rows of the last run")
-    options = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
+
+def prepare(options) -> tuple[int, int, str]:
+    """Point Django at the bench database, migrate, fill it (unless ``--reuse``); returns the
+    job rows, the dead letters and the server's version."""
     point_at_bench_database()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
     import django
@@ -255,12 +262,25 @@ def main(argv: list[str]) -> int:
         print(f"filling {options.jobs:,} job rows and {options.dead:,} dead letters")
         fill(options.jobs, options.dead)
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pgjobs_job")
-        job_rows = cursor.fetchone()[0]
-        cursor.execute("SELECT count(*) FROM pgjobs_deadletter")
-        dead_rows = cursor.fetchone()[0]
-        cursor.execute("SHOW server_version")
-        version = cursor.fetchone()[0]
+        cursor.execute(
+            "SELECT (SELECT count(*) FROM pgjobs_job), (SELECT count(*) FROM pgjobs_deadletter), "
+            "current_setting('server_version')"
+        )
+        return cursor.fetchone()
+
+
+def exit_status(results, limit: float) -> int:
+    """1 (naming them) when some medians of ``results`` reached ``limit`` seconds, else 0."""
+    slow = [label for label, median, _, _ in results if median >= limit]
+    if slow:
+        print(f"\nslower than {limit:g}s: {', '.join(slow)}")
+        return 1
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    options = parse_options(argv, __doc__.splitlines()[0], repeat=5, limit=1.0)
+    job_rows, dead_rows, version = prepare(options)
     print(f"timing pages ({options.repeat} requests each after a warm-up)")
     # deep in the list, within the 10,000 rows a list counts (page size 50)
     deep_page = max(1, min(150, dead_rows // 100))
@@ -275,11 +295,7 @@ def main(argv: list[str]) -> int:
     print("| --- | ---: | ---: | ---: |")
     for label, median, slowest, queries in results:
         print(f"| {label} | {median * 1000:.0f} | {slowest * 1000:.0f} | {queries} |")
-    slow = [label for label, median, _, _ in results if median >= options.limit]
-    if slow:
-        print(f"\nslower than {options.limit:g}s: {', '.join(slow)}")
-        return 1
-    return 0
+    return exit_status(results, options.limit)
 
 
 if __name__ == "__main__":

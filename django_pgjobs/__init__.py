@@ -1,8 +1,9 @@
 """django-pgjobs: background jobs in the PostgreSQL database your Django project already has.
 
 Public API: ``job`` (decorator), ``enqueue``, ``enqueue_many``, ``abort`` (and ``Aborted``),
-``Cron`` (a recurring job's schedule), ``RetryPolicy``, ``Retry`` and ``Discard`` (raised by handlers), ``get_result``/``aget_result``
-(``JobResult``); models in
+``Cron`` (a recurring job's schedule), ``RetryPolicy``, ``Retry`` and ``Discard`` (raised by
+handlers), ``get_result``/``aget_result`` (``JobResult``), ``EnqueueOutcome`` and
+``UniqueScope`` (unique keys); models in
 ``django_pgjobs.models`` (``Job``, ``DeadLetter``); the worker is ``manage.py runjobs``.
 """
 
@@ -29,6 +30,8 @@ __all__ = [
     "JobResult",
     "JobResultDoesNotExist",
     "UnknownJobError",
+    "EnqueueOutcome",
+    "UniqueScope",
     "__version__",
 ]
 
@@ -41,6 +44,7 @@ if TYPE_CHECKING:
     from .registry import JobDefinition, JobWithOptions, UnknownJobError, job
     from .results import JobResult, JobResultDoesNotExist, aget_result, get_result
     from .retries import Discard, Retry
+    from .uniqueness import EnqueueOutcome, UniqueScope
 
 
 def enqueue(job: JobDefinition | JobWithOptions | str, *args: Any, **kwargs: Any) -> Job:
@@ -70,6 +74,8 @@ def abort(job_id_or_ids: Any, *, using: str | None = None, **options: Any) -> Ab
 _LAZY = {
     "job": "registry",
     "UnknownJobError": "registry",
+    "EnqueueOutcome": "uniqueness",
+    "UniqueScope": "uniqueness",
     "RetryPolicy": "backoff",
     "Cron": "cron",
     "JobTimeout": "errors",

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime
 
+from .uniqueness import HasUniqueRules
 from .validation import (
     check_delay,
     check_max_attempts,
@@ -30,14 +31,15 @@ __all__ = ["CallOptions", "NO_OPTIONS"]
 
 
 @dataclasses.dataclass(frozen=True)
-class CallOptions:
+class CallOptions(HasUniqueRules):
     """Per-call options; None: not given, the job's own (or the setting's) applies.
 
     ``queue``, ``priority``, ``max_attempts`` and ``keep_result`` override the job's.
     ``run_after`` (a datetime) or ``delay`` (seconds from the enqueue) say when the job is due;
     give one of them. ``unique_key`` is the key itself (the job's ``unique_key`` callable is not
-    called). ``timeout`` (seconds) is stored on the job's row and wins over the job's. Checked
-    when built: a bad value raises ``ValueError`` naming the option.
+    called). ``timeout`` (seconds) is stored on the job's row and wins over the job's.
+    ``unique_scope``, ``debounce`` and ``throttle`` say how the key is held (``uniqueness``).
+    Checked when built: a bad value raises ``ValueError`` naming the option.
     """
 
     queue: str | None = None
@@ -48,6 +50,9 @@ class CallOptions:
     max_attempts: int | None = None
     keep_result: bool | None = None
     timeout: float | None = None
+    unique_scope: str | None = None
+    debounce: bool | str | None = None
+    throttle: float | None = None
 
     def __post_init__(self) -> None:
         if self.queue is not None:
@@ -67,11 +72,12 @@ class CallOptions:
             raise ValueError(f"keep_result must be True or False, not {self.keep_result!r}")
         if self.timeout is not None:
             check_positive_seconds("timeout", self.timeout)
+        self.unique_rules  # noqa: B018 (checks them)
 
     def then(self, later: CallOptions) -> CallOptions:
         """These options with the ones given ``later`` on top: each option given wins, and a
         ``run_after`` or ``delay`` given replaces both (``.using(delay=60).using(run_after=t)``
-        is due at ``t``)."""
+        is due at ``t``), and a ``debounce`` or ``throttle`` given replaces both."""
         given = {
             field.name: value
             for field in dataclasses.fields(later)
@@ -80,6 +86,9 @@ class CallOptions:
         if "run_after" in given or "delay" in given:
             given.setdefault("run_after", None)
             given.setdefault("delay", None)
+        if given.get("debounce") or "throttle" in given:
+            given.setdefault("debounce", None)
+            given.setdefault("throttle", None)
         return dataclasses.replace(self, **given)
 
 

@@ -53,6 +53,20 @@ SECONDS = Bounds(low=0, high=MAX_SECONDS)
 POSITIVE = Bounds(low=0, low_included=False)
 
 
+#: The shortest ``METRICS_TOKEN`` accepted: a token is a password that scrapers send in clear
+#: text on every request; make it long and random (``secrets.token_urlsafe(32)``).
+MIN_TOKEN_CHARS = 24
+
+
+def check_token(token: str) -> str:
+    if token and (len(token) < MIN_TOKEN_CHARS or token != token.strip()):
+        raise ValueError(
+            f"METRICS_TOKEN must be empty or at least {MIN_TOKEN_CHARS} characters without "
+            "surrounding spaces (secrets.token_urlsafe(32) makes one)"
+        )
+    return token
+
+
 def setting(default: Any, bounds: Bounds | None = None, check: Any = None) -> Any:
     """A field of ``Config``: its default, and the range or check its values must pass (its type
     is the field's annotation)."""
@@ -119,6 +133,14 @@ class Config:
     JOB_MODULES: tuple[str, ...] = ()
     #: Argument keys whose values are shown as ``'********'`` in the admin and logs.
     REDACT_KEYS: tuple[str, ...] = ()
+    #: A secret that lets a scraper read ``pgjobs/metrics`` (and ``pgjobs/health``) with
+    #: ``Authorization: Bearer <token>``; "" (the default): only staff users who may view jobs.
+    METRICS_TOKEN: str = setting("", check=check_token)
+    #: Let anyone read ``pgjobs/health`` (its body then says only which checks failed, never a
+    #: queue name or a number): for load balancers and uptime checks that cannot send a token.
+    HEALTH_PUBLIC: bool = False
+    #: ``pgjobs/health`` fails when a queue's oldest due job has waited longer than this.
+    HEALTH_MAX_DUE_AGE_SECONDS: float = setting(300.0, POSITIVE_SECONDS)
 
 
 #: The Python values each annotation of ``Config`` accepts in ``settings.PGJOBS``.

@@ -6,7 +6,9 @@ option is checked before the statement runs, so a bad call raises and writes not
 the caller's transaction usable).
 
 A row's columns come from the job's definition (``JobSpec``: what this module reads of a
-``registry.JobDefinition``, which it never imports) and the call's ``CallOptions``.
+``registry.JobDefinition``, which it never imports) and the call's ``CallOptions``. A job with a
+unique key follows the rules of ``uniqueness`` (scope, debounce, throttle), each decided by its
+one statement; the job returned says what happened (``job.enqueue_outcome``).
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from django.utils import timezone
 from . import db, signals
 from .calls import CallOptions
 from .conf import get_config
+from .context import current_job
 from .models import Job
 from .payload import dump_arguments
+from .uniqueness import EnqueueOutcome, UniqueRules, rules_for
 from .validation import check_unique_key
 
 __all__ = ["JobSpec", "enqueue_call", "enqueue_many"]
@@ -44,6 +48,9 @@ class JobSpec(Protocol):
     def unique_key(self) -> Callable[..., str | None] | None: ...
     @property
     def task_backend(self) -> str: ...
+    @property
+    def unique_rules(self) -> UniqueRules: ...
+    def gives_unique_rules(self) -> bool: ...
     def get_queue(self) -> str: ...
     def get_max_attempts(self) -> int: ...
     def check_arguments(self, args: Any, kwargs: Any) -> None: ...
@@ -160,8 +167,19 @@ def enqueue_call(
     definition: JobSpec, options: CallOptions, args: tuple | list, kwargs: dict
 ) -> Job:
     """Insert one job; returns the saved ``Job``, or the job already in flight with its
-    unique key."""
+    unique key (``enqueue_outcome`` says which)."""
     params = _row_params(definition, options, args, kwargs)
+    if params["unique_key"] is not None:
+        rules = rules_for(definition, options)
+        if not rules.waiting:
+            _hand_over_own_key(params["unique_key"])
+        if not rules.plain:
+            return _enqueue_keyed(definition, options, (args, kwargs), params, rules)
+    elif _rules_without_key(definition, options):
+        raise ValueError(
+            f"{definition.name}: unique_scope, debounce and throttle apply to a unique key: give "
+            "@job(unique_key=...) or .using(unique_key=...)"
+        )
     config = get_config()
     connection = db.jobs_connection()
     after_commit = config.LISTEN_NOTIFY and _wakes_after_commit(connection)
@@ -185,16 +203,103 @@ def enqueue_call(
             params,
             connection.alias,
         )
-        signals.job_enqueued.send(sender=Job, job=job, created=True)
+        signals.job_enqueued.send(sender=Job, job=job, created=True, outcome=EnqueueOutcome.CREATED)
         return job
     # A job with this unique_key is already ready or running: hand back that one.
-    existing = db.execute(
-        connection, "find_in_flight_by_unique_key", {"unique_key": params["unique_key"]}
-    )
-    if not existing:  # it finished between the two statements; enqueue again
+    existing = _holder(connection, params["unique_key"], waiting=False)
+    if existing is None:  # it finished between the two statements; enqueue again
         return enqueue_call(definition, options, args, kwargs)
-    job = _to_job(existing[0], connection.alias)
-    signals.job_enqueued.send(sender=Job, job=job, created=False)
+    return _skipped(existing)
+
+
+def _enqueue_keyed(
+    definition: JobSpec, options: CallOptions, call: tuple, params: dict, rules: UniqueRules
+) -> Job:
+    """Insert, replace (debounce) or skip a job with a unique key, in the one statement of its
+    rules; a skipped call returns the job holding the key."""
+    if rules.debounce:
+        statement = "enqueue_job_waiting_debounced" if rules.waiting else "enqueue_job_debounced"
+    elif rules.throttle is not None:
+        statement = "enqueue_job_waiting_throttled" if rules.waiting else "enqueue_job_throttled"
+    else:
+        statement = "enqueue_job_waiting"
+    config = get_config()
+    connection = db.jobs_connection()
+    after_commit = config.LISTEN_NOTIFY and _wakes_after_commit(connection)
+    key = params["unique_key"]
+    statement_params = {
+        **params,
+        **rules.params(key),
+        "notify": config.LISTEN_NOTIFY and not after_commit,
+    }
+    rows = db.execute(connection, statement, statement_params)
+    if not rows:
+        holder = _holder(connection, key, waiting=rules.waiting)
+        if holder is None and rules.throttle is None:  # it left between the two statements
+            return enqueue_call(definition, options, *call)
+        return _skipped(holder or _unsaved(statement_params, call, connection.alias))
+    (row,) = rows
+    outcome = EnqueueOutcome.CREATED if row.pop("created") else EnqueueOutcome.REPLACED
+    del row["_notified"]
+    job = _to_job(row, connection.alias)
+    job.enqueue_outcome = outcome
+    if after_commit and job.run_after <= timezone.now():  # due now
+        connection.on_commit(_wake_after_commit(connection.alias, job.queue), robust=True)
+    signals.job_enqueued.send(
+        sender=Job, job=job, created=outcome is EnqueueOutcome.CREATED, outcome=outcome
+    )
+    return job
+
+
+def _rules_without_key(definition: JobSpec, options: CallOptions) -> bool:
+    """Whether unique rules were given to a job that has no unique key to apply them to."""
+    if getattr(definition, "unique_key", None) is not None:
+        return False  # its function gave no key for these arguments: a job like any other
+    return definition.gives_unique_rules() or options.gives_unique_rules()
+
+
+def _hand_over_own_key(unique_key: str) -> None:
+    """A running job enqueueing its own key (scope ``in_flight``) gives it to the job it
+    enqueues: without this, the new job would find the key held by the running one and a job
+    that reschedules itself would end its chain."""
+    running = current_job()
+    if running is not None:
+        db.execute(
+            db.jobs_connection(),
+            "hand_over_unique_key",
+            {"id": running.id, "token": running.claim_token, "unique_key": unique_key},
+        )
+
+
+def _holder(connection, unique_key: str, *, waiting: bool) -> Job | None:
+    """The job holding ``unique_key`` now (in its scope), if one does."""
+    statement = "find_waiting_by_unique_key" if waiting else "find_in_flight_by_unique_key"
+    rows = db.execute(connection, statement, {"unique_key": unique_key})
+    return _to_job(rows[0], connection.alias) if rows else None
+
+
+def _skipped(job: Job) -> Job:
+    job.enqueue_outcome = EnqueueOutcome.SKIPPED
+    signals.job_enqueued.send(sender=Job, job=job, created=False, outcome=job.enqueue_outcome)
+    return job
+
+
+def _unsaved(params: dict[str, Any], call: tuple, alias: str) -> Job:
+    """What a throttled enqueue returns when it is skipped and no job holds its key: the job it
+    would have written, unsaved (``id`` None)."""
+    args, kwargs = call
+    job = Job(
+        **{
+            name: params[name]
+            for name in ("name", "queue", "priority", "max_attempts", "timeout", "keep_result")
+        },
+        args=list(args),
+        kwargs=dict(kwargs),
+        unique_key=params["throttle_key"],
+        task_backend=params["task_backend"],
+        run_after=params["run_after"] or timezone.now(),
+    )
+    job._state.db = alias
     return job
 
 
@@ -207,6 +312,12 @@ def enqueue_many(
     item is a dict. Jobs whose unique key is already in flight are skipped: the returned list
     holds the inserted jobs only.
     """
+    if not rules_for(definition, options).plain:
+        raise ValueError(
+            f"{definition.name}: enqueue_many takes the default unique rules only (scope "
+            "'in_flight', a held key skipped); enqueue jobs with unique_scope='waiting', "
+            "debounce or throttle one by one"
+        )
     inputs, columns = _many_calls(definition, options, calls)
     if not inputs:
         return []
@@ -239,7 +350,9 @@ def enqueue_many(
     )
     if signals.job_enqueued.has_listeners(Job):
         for job in jobs:
-            signals.job_enqueued.send(sender=Job, job=job, created=True)
+            signals.job_enqueued.send(
+                sender=Job, job=job, created=True, outcome=EnqueueOutcome.CREATED
+            )
     return jobs
 
 
@@ -308,6 +421,8 @@ def _jobs_from_inserted(
         "keep_result": params["keep_result"],
         "result": None,
         "task_backend": params["task_backend"],
+        "waiting_key": None,
+        "enqueue_outcome": EnqueueOutcome.CREATED,
     }
     jobs = []
     returned = zip(ids, unique_keys, strict=True)

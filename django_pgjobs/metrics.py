@@ -3,7 +3,7 @@
 Successful jobs are deleted, so what happened (throughput, failures, how long jobs waited) is
 kept as an aggregate: ``pgjobs_stat``, one row per queue per minute. Workers count in memory
 (``QueueMetrics``) and add their counts with one upsert at most every ``FLUSH_SECONDS``; nothing
-is written per job. The dashboard reads them back in ``admin/overview.py``.
+is written per job. The dashboard reads them back in ``overview.py``.
 
 Wait
     The time from a job being due (``run_after``) to its claim, measured on the worker's clock

@@ -54,6 +54,13 @@ class Job(models.Model):
     )
     max_attempts = models.IntegerField(default=5)
     unique_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 (NULL: no key)
+    waiting_key = models.CharField(  # noqa: DJ001 (NULL: no key, or no longer held)
+        max_length=255,
+        null=True,
+        blank=True,
+        help_text="The unique key of a job enqueued with unique_scope='waiting': held until a "
+        "worker takes the job (the claim clears it).",
+    )
     timeout = models.FloatField(
         null=True, blank=True, help_text="Seconds this job may run (.using(timeout=...))."
     )
@@ -107,6 +114,10 @@ class Job(models.Model):
 
     objects = JobQuerySet.as_manager()
 
+    #: What the ``enqueue()`` that returned this instance did (``uniqueness.EnqueueOutcome``:
+    #: created, replaced or skipped); None on instances read from the database.
+    enqueue_outcome = None
+
     class Meta:
         db_table = "pgjobs_job"
         ordering = ["-priority", "run_after", "id"]
@@ -147,6 +158,12 @@ class Job(models.Model):
                 name="pgjobs_job_unique_key_in_flight",
                 # NOT NULL in the predicate: jobs without a key (most) add no index entry.
                 condition=Q(unique_key__isnull=False, status__in=["ready", "running"]),
+            ),
+            models.UniqueConstraint(
+                "waiting_key",
+                name="pgjobs_job_waiting_key",
+                # no status in the predicate: only waiting jobs have one (the claim clears it)
+                condition=Q(waiting_key__isnull=False),
             ),
             models.CheckConstraint(
                 condition=Q(priority__gte=PRIORITY_MIN, priority__lte=PRIORITY_MAX),
@@ -237,6 +254,23 @@ class DeadLetter(models.Model):
     @property
     def last_error(self) -> dict | None:
         return self.errors[-1] if self.errors else None
+
+
+class ThrottleWindow(models.Model):
+    """The throttle window of a unique key (``@job(throttle=N)``): no other job of the key is
+    enqueued before ``ends_at``, even after the job that opened it finished and was deleted.
+    Opened and reopened by the enqueue statement itself (``ON CONFLICT (key) DO UPDATE ...
+    WHERE ends_at <= now``); windows past their end are deleted by the worker's Pruner."""
+
+    key = models.CharField(primary_key=True, max_length=255)
+    ends_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "pgjobs_throttle"
+        ordering = ["ends_at"]
+
+    def __str__(self) -> str:
+        return f"{self.key} until {self.ends_at:%Y-%m-%d %H:%M:%S}"
 
 
 class Worker(models.Model):

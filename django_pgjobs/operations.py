@@ -245,6 +245,11 @@ def prune_succeeded(
     return len(db.execute(connection, "prune_succeeded", params))
 
 
+def prune_throttle_windows(connection: Connection) -> int:
+    """Delete the throttle windows past their end; returns how many."""
+    return len(db.execute(connection, "prune_throttle_windows"))
+
+
 def find_job_result(connection: Connection, job_id: int) -> dict[str, Any] | None:
     """The row of job ``job_id`` in pgjobs_job, or else its dead letter (status ``failed``)."""
     rows = db.execute(connection, "find_job_result", {"id": job_id})

@@ -29,6 +29,7 @@ from .cron import Cron
 from .installed import require_installed
 from .payload import Undecodable
 from .retries import check_exception_classes
+from .uniqueness import HasUniqueRules
 from .validation import (
     check_max_attempts,
     check_name,
@@ -113,7 +114,7 @@ def check_ran(result: Any, name: str) -> Any:
 
 
 @dataclasses.dataclass(frozen=True)
-class JobDefinition(CeleryCalls):
+class JobDefinition(CeleryCalls, HasUniqueRules):
     """A registered job function and its defaults. Calling it calls the function directly;
     ``delay()`` and ``apply_async()`` are Celery's spellings of ``enqueue()`` and
     ``using(...).enqueue()`` (``celery_calls``)."""
@@ -133,6 +134,9 @@ class JobDefinition(CeleryCalls):
     timeout: float | None = None
     # the django.tasks backend alias of a task (``task_rows.TaskDefinition``); "" for @job
     task_backend: str = ""
+    unique_scope: str | None = None  # these three: see ``uniqueness``
+    debounce: bool | str | None = None
+    throttle: float | None = None
     cron: Cron | None = None  # a recurring job: ``@job(cron="*/5 * * * *")`` (cron.py)
 
     def __post_init__(self) -> None:
@@ -159,6 +163,7 @@ class JobDefinition(CeleryCalls):
         if self.unique_key is not None and not callable(self.unique_key):
             raise ValueError("unique_key of @job must be a callable taking the job's arguments")
         check_name(self.name)
+        self.unique_rules  # noqa: B018 (checks them)
         if not isinstance(self.keep_result, bool):
             raise ValueError(f"keep_result must be True or False, not {self.keep_result!r}")
         # frozen: the normalised tuples replace what was given
@@ -215,7 +220,7 @@ class JobDefinition(CeleryCalls):
     def using(self, **options: Any) -> JobWithOptions:
         """This job with per-call options (the ``django.tasks`` idiom): ``queue``, ``priority``,
         ``run_after``, ``delay``, ``unique_key``, ``max_attempts``, ``keep_result``,
-        ``timeout`` (see ``CallOptions``)."""
+        ``timeout``, ``unique_scope``, ``debounce``, ``throttle`` (see ``CallOptions``)."""
         return JobWithOptions(self, CallOptions(**options))
 
     def enqueue(self, *args: Any, **kwargs: Any):
@@ -319,6 +324,9 @@ def job(
     retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
     discard_on: type[BaseException] | tuple[type[BaseException], ...] = (),
     timeout: float | None = None,
+    unique_scope: str | None = None,
+    debounce: bool | str | None = None,
+    throttle: float | None = None,
     cron: str | Cron | None = None,
 ):
     """Register a function as a job; usable bare (``@job``) or with options (``@job(...)``).
@@ -326,14 +334,16 @@ def job(
     Options: ``name`` (default ``module.qualname``), ``queue`` (default
     ``PGJOBS["DEFAULT_QUEUE"]``), ``priority`` (-100..100, higher first), ``max_attempts``,
     ``atomic`` (run handler and completion in one transaction), ``lease_seconds``, ``retry``
-    (a ``RetryPolicy``), ``unique_key`` (callable of the job's arguments returning a key: a
-    second job with the same key is not enqueued while the first is ready or running),
+    (a ``RetryPolicy``), ``unique_key`` (callable of the job's arguments returning a key; with
+    ``unique_scope``, ``debounce`` and ``throttle``: docs/howto/unique.md),
     ``keep_result`` (keep the JSON return value, read with ``get_result``), ``retry_on`` (only
     these exception classes are retried; others dead-letter at once), ``discard_on`` (these
     dead-letter at once), ``timeout`` (seconds a call may run before it counts as a failed
     attempt, ``JobTimeout``), ``cron`` (recurring: a cron expression or a ``Cron``). Async
     jobs are awaited by the worker (no ``atomic=True``); generator functions are refused.
     """
+
+    options = {key: value for key, value in locals().items() if key not in ("func", "name")}
 
     def register(f: Callable[..., Any]) -> JobDefinition:
         if isinstance(f, JobDefinition):
@@ -343,22 +353,7 @@ def job(
         job_name = name or _module_level_name(f)
         require_installed(f"@job {job_name}")
         check_runs_when_called(f, job_name)
-        definition = JobDefinition(
-            func=f,
-            name=job_name,
-            queue=queue,
-            priority=priority,
-            max_attempts=max_attempts,
-            atomic=atomic,
-            lease_seconds=lease_seconds,
-            retry=retry,
-            unique_key=unique_key,
-            keep_result=keep_result,
-            retry_on=retry_on,
-            discard_on=discard_on,
-            timeout=timeout,
-            cron=cron,
-        )
+        definition = JobDefinition(func=f, name=job_name, **options)  # each option of @job
         _add(definition)
         return definition
 

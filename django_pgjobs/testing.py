@@ -1,39 +1,80 @@
-"""Helpers for testing your own jobs (use them with pytest-django or Django's TestCase).
+"""Helpers for testing your own jobs (use them with Django's ``TestCase`` or pytest-django).
 
-``run_jobs()`` runs what is queued through the real claim/complete path (an in-process worker in
-burst mode), so a test exercises the same SQL, fencing and retries as production.
-``enqueued()`` and ``assert_enqueued()`` look at what your code put in the queue.
+``run_jobs()`` runs what is queued through the real claim/complete path (a worker in burst
+mode), so a test exercises the same SQL, fencing, retries, results and dead letters as
+production. ``enqueued()`` and ``assert_enqueued()`` look at what your code put in the queue.
 
-Jobs are rows of your database: tests that call ``run_jobs()`` need the rows committed where
-the worker's threads can see them, i.e. ``@pytest.mark.django_db(transaction=True)`` or
-``TransactionTestCase``. ``enqueued()``/``assert_enqueued()`` work in any database test.
+Inside a transaction (Django's ``TestCase``, ``@pytest.mark.django_db`` without
+``transaction=True``) the worker runs on the test's own thread and connection
+(``worker/inline.py``): it sees the rows the test wrote, and the test's rollback takes back the
+jobs and what they did. Outside one (``TransactionTestCase``, ``transaction=True``) it runs as
+in production, with executor threads on their own connections.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.db import connections
+from django.db.models.expressions import RawSQL
+
+from .conf import get_config
 from .models import Job
+from .operations import run_jobs_now
 from .registry import JobDefinition, resolve
 from .worker import Stats, Worker
 
 
 def run_jobs(
-    queues: list[str] | None = None, *, concurrency: int = 1, **worker_options: Any
+    queues: list[str] | None = None,
+    *,
+    concurrency: int = 1,
+    with_scheduled: bool = False,
+    **worker_options: Any,
 ) -> Stats:
     """Run every job that is ready now (and what they enqueue that is ready), then return the
-    worker's counters (``succeeded``, ``retried``, ``dead_lettered``...). Failed jobs are
-    retried later, as in production: call again after their backoff to run them."""
+    worker's counters (``succeeded``, ``retried``, ``dead_lettered``...).
+
+    ``with_scheduled=True`` also runs the jobs due later (``delay=``, ``run_after=``, retries
+    waiting out their back-off): made due now, again after each round, until none is left, so
+    a failing job runs through all its attempts to its dead letter. Without it, failed jobs are
+    retried later, as in production."""
+    inline = _connection().in_atomic_block
     worker_options.setdefault("listen", False)
-    worker = Worker(
-        queues=queues,
-        concurrency=concurrency,
-        burst=True,
-        install_signal_handlers=False,
-        **worker_options,
-    )
-    worker.run()
-    return worker.stats
+    total = Stats()
+    while True:
+        worker = Worker(
+            queues=queues,
+            concurrency=1 if inline else concurrency,
+            burst=True,
+            install_signal_handlers=False,
+            inline=inline,
+            **worker_options,
+        )
+        worker.run()
+        _add(total, worker.stats)
+        if not with_scheduled or not _make_scheduled_due(queues):
+            return total
+
+
+def _connection():
+    return connections[get_config().DATABASE]
+
+
+def _make_scheduled_due(queues: list[str] | None) -> list[int]:
+    """The waiting jobs due later made due now, by the admin's "Run now"; their ids. Later than
+    the claim's ``now()``: in a transaction, when it began (Django's ``Now()`` is the
+    statement's time, which a job retried a moment ago is already behind)."""
+    now = RawSQL("now()", ())
+    later = Job.objects.using(get_config().DATABASE).filter(status="ready", run_after__gt=now)
+    if queues:
+        later = later.filter(queue__in=queues)
+    return run_jobs_now(_connection(), list(later.values_list("id", flat=True)))
+
+
+def _add(total: Stats, stats: Stats) -> None:
+    for counter in ("claimed", "succeeded", "retried", "dead_lettered", "lost", "released"):
+        setattr(total, counter, getattr(total, counter) + getattr(stats, counter))
 
 
 def enqueued(job: JobDefinition | str | None = None, *, queue: str | None = None):

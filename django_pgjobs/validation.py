@@ -133,3 +133,31 @@ def check_name(name: Any) -> str:
     if not isinstance(name, str) or not name or len(name) > NAME_MAX:
         raise ValueError(f"job name must be 1..{NAME_MAX} characters, not {name!r}")
     return check_text("job name", name)
+
+
+#: The unique scopes (``uniqueness.UniqueScope``): how long a job holds its unique key.
+UNIQUE_SCOPES = ("in_flight", "waiting")
+#: What a debounced enqueue may replace alone in the waiting job holding its key (True: both).
+DEBOUNCE_VALUES = ("args", "run_after")
+
+
+def check_unique_scope(scope: Any) -> str:
+    if not isinstance(scope, str) or scope not in UNIQUE_SCOPES:
+        raise ValueError(
+            f"unique_scope must be 'in_flight' (the key is held while the job waits and while it "
+            f"runs) or 'waiting' (held until a worker takes it), not {scope!r}"
+        )
+    return scope
+
+
+def check_debounce(debounce: Any) -> bool | str:
+    if isinstance(debounce, bool) or (isinstance(debounce, str) and debounce in DEBOUNCE_VALUES):
+        return debounce
+    raise ValueError(
+        "debounce must be True (a newer enqueue replaces the waiting job's arguments and moves "
+        "its run_after), 'args', 'run_after' or False, not " + repr(debounce)
+    )
+
+
+def check_throttle(throttle: Any) -> float:
+    return check_positive_seconds("throttle", throttle)

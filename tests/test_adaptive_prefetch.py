@@ -111,7 +111,7 @@ def held_by(conn, worker) -> int:
 def test_a_no_flags_worker_stopped_hands_back_its_prefetched_jobs_unspent(
     start_worker, other_connection
 ):
-    labels = [f"short-{i}" for i in range(3000)]
+    labels = [f"short-{i}" for i in range(1000)]
     demo.record.enqueue_many([((label,), {"sleep": 0.01}) for label in labels])
     worker = start_worker()
     wait_until(lambda: held_by(other_connection, worker) > 8, timeout=60, interval=0.005)
@@ -131,7 +131,7 @@ def test_a_no_flags_worker_stopped_hands_back_its_prefetched_jobs_unspent(
 
 @pytest.mark.django_db(transaction=True)
 def test_prefetched_jobs_of_a_sigkilled_no_flags_worker_are_rescued(start_worker, other_connection):
-    labels = [f"short-{i}" for i in range(3000)]
+    labels = [f"short-{i}" for i in range(1000)]
     demo.record.enqueue_many([((label,), {"sleep": 0.01}) for label in labels])
     victim = start_worker(env=FAST_LEASES)
     wait_until(lambda: held_by(other_connection, victim) > 8, timeout=60, interval=0.005)

@@ -86,7 +86,7 @@ def test_the_dead_letters_by_error_page_counts_every_dead_letter(admin_client):
 
 
 def test_the_dead_letters_total_stops_at_the_cap(admin_client, monkeypatch):
-    monkeypatch.setattr("django_pgjobs.admin.overview.COUNT_CAP", 3)
+    monkeypatch.setattr("django_pgjobs.overview.COUNT_CAP", 3)
     for index in range(5):
         dead_letter(args=[index])
     assert "more than 3 dead letters in all" in admin_client.get(SUMMARY).content.decode()

@@ -12,9 +12,9 @@ from helpers import drain, run_worker
 
 from django_pgjobs import metrics, operations
 from django_pgjobs.admin.display import duration
-from django_pgjobs.admin.overview import percentile, queue_overview
 from django_pgjobs.metrics import QueueCounts, wait_bucket
 from django_pgjobs.models import QueueStat
+from django_pgjobs.overview import percentile, queue_overview
 from testproject.demo import jobs as demo
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -16,8 +16,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_pgjobs import job as django_pgjobs_job
+from django_pgjobs import overview
 from django_pgjobs.admin import base as admin_base
-from django_pgjobs.admin import overview
 from django_pgjobs.models import DeadLetter, Job, QueueState, Worker
 from testproject.demo import jobs as demo
 

@@ -23,6 +23,8 @@ PAGES = [
     "docs/howto/django-tasks.md",
     "docs/howto/from-celery.md",
     "docs/howto/testing.md",
+    "docs/howto/unique.md",
+    "docs/howto/monitor.md",
     "docs/howto/recurring.md",
 ]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)

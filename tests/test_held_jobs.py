@@ -41,15 +41,19 @@ def drain_with_a_second_worker(start_worker) -> None:
 def test_held_jobs_of_a_sigkilled_worker_keep_their_attempt_and_the_running_one_spends_it(
     start_worker, other_connection
 ):
-    """``--prefetch 10``, one executor, single-attempt jobs of 0.6 s: killed while the third
-    runs, the worker held eight more. Those eight run and succeed afterwards; the third, which
-    had started, is dead-lettered: its one attempt was spent."""
+    """``--prefetch 10``, one executor, single-attempt jobs: killed while the third runs, the
+    worker held eight more. Those eight run and succeed afterwards; the third, which had
+    started, is dead-lettered: its one attempt was spent. The third sleeps 10 s, so the kill
+    lands while it runs however loaded the machine is (a sleep-based kill point once let the
+    worker get past it)."""
     labels = [f"held-{i}" for i in range(11)]
     single = demo.record.using(max_attempts=1)
-    jobs = [single.enqueue(label, sleep=0.6) for label in labels]
+    jobs = [single.enqueue(label, sleep=10 if i == 2 else 0.1) for i, label in enumerate(labels)]
     victim = start_worker("--concurrency", "1", "--prefetch", "10", env=FAST_LEASES)
     wait_until(lambda: Execution.objects.count() >= 2, timeout=60, interval=0.02)
-    time.sleep(0.3)  # the third job is well into its sleep
+    wait_until(
+        lambda: Job.objects.filter(pk=jobs[2].pk, started_at__isnull=False).exists(), timeout=30
+    )
     assert running_on(other_connection, victim) == 9  # one running, eight held
     victim.kill()
     drain_with_a_second_worker(start_worker)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 import time
 
 import pytest
@@ -22,6 +23,8 @@ from django_pgjobs.worker.maintenance import (
     HeartbeatConfig,
     HeartbeatCounts,
     LeaseHeartbeat,
+    LivenessConfig,
+    LivenessFile,
     MetricsConfig,
     MetricsFlush,
     PruneConfig,
@@ -195,6 +198,21 @@ def test_stats_log_writes_the_summary_and_starts_a_new_window(caplog):
     assert stats.window_finished == 0
 
 
+def test_liveness_file_is_touched_at_start_then_on_its_interval(tmp_path, caplog):
+    path = tmp_path / "alive"
+    unit = LivenessFile(LivenessConfig(str(path), interval_seconds=30))
+    assert unit.next_due <= time.monotonic()  # at start
+    assert unit.run_once() is True
+    long_ago = time.time() - 3600
+    os.utime(path, (long_ago, long_ago))
+    assert unit.run_once() is True
+    assert path.stat().st_mtime > long_ago + 3000
+    missing = LivenessFile(LivenessConfig(str(tmp_path / "gone" / "alive")))
+    with caplog.at_level(logging.WARNING, logger="django_pgjobs.worker"):
+        assert missing.run_once() is False  # logged, the worker goes on
+    assert "could not touch the liveness file" in caplog.text
+
+
 def test_each_unit_runs_on_its_own_interval():
     start = time.monotonic()
     state = DispatcherState()
@@ -245,3 +263,17 @@ def test_a_worker_builds_its_units_from_its_options_and_the_settings(settings):
     assert units["Rescuer"].config.interval_seconds == 100
     assert units["Pruner"].config.keep_succeeded_seconds == 5
     assert units["StatsLog"].config == StatsLogConfig(7)
+    assert worker.liveness is None
+
+
+def test_the_liveness_file_runs_first_every_heartbeat(settings, tmp_path):
+    from django_pgjobs.worker import Worker
+
+    settings.PGJOBS = {**settings.PGJOBS, "HEARTBEAT_SECONDS": 4, "LEASE_SECONDS": 60}
+    path = tmp_path / "alive"
+    worker = Worker(listen=False, install_signal_handlers=False, liveness_file=path)
+    first = worker._maintenance_units()[0]
+    assert first is worker.liveness
+    assert first.config == LivenessConfig(str(path), 4)
+    with pytest.raises(ValueError, match="liveness_file"):
+        Worker(install_signal_handlers=False, liveness_file=tmp_path / "gone" / "alive")

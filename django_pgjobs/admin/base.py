@@ -26,8 +26,8 @@ from django.utils.http import url_has_allowed_host_and_scheme
 
 from .. import db, operations
 from ..conf import get_config
+from ..overview import COUNT_CAP
 from . import confirm, display, values
-from .overview import COUNT_CAP
 
 #: Largest number of rows one bulk action touches ("select all" on a huge filter included); the
 #: same as the count cap, so "Select all 10000" does what it says.

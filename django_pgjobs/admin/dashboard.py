@@ -15,10 +15,9 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 
-from .. import registry
-from ..conf import get_config
+from .. import overview, registry
 from ..models import DeadLetter, Job, QueueState, Worker
-from . import display, overview
+from . import display
 from .base import require_view
 from .queues import with_queues_text
 
@@ -49,17 +48,17 @@ def chart_bars(points, width: int = CHART_WIDTH, height: int = CHART_HEIGHT) -> 
 
 
 def worker_rows(model_admin, now, known_queues: set[str]) -> list[dict]:
-    """The dashboard's line of each registered worker: alive (heard from within three
-    heartbeats), last seen, up for, the queues it serves, and those of them no job has used
-    (not in ``known_queues``: a typo on ``runjobs --queue`` idles for ever)."""
-    heartbeat = get_config().HEARTBEAT_SECONDS
+    """The dashboard's line of each registered worker: alive (``overview.alive_seconds``), last
+    seen, up for, the queues it serves, and those of them no job has used (not in
+    ``known_queues``: a typo on ``runjobs --queue`` idles for ever)."""
+    alive_within = overview.alive_seconds()
     workers = []
     for worker in with_queues_text(model_admin.rows(Worker)):
         silent = (now - worker.last_seen_at).total_seconds()
         workers.append(
             {
                 "worker": worker,
-                "alive": silent <= 3 * heartbeat,
+                "alive": silent <= alive_within,
                 "last_seen": display.when(worker.last_seen_at, now),
                 "up_for": display.duration((now - worker.started_at).total_seconds()),
                 "queues": display.queue_list(worker.queues_text),

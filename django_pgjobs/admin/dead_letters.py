@@ -13,7 +13,8 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 
-from . import confirm, display, overview
+from .. import overview
+from . import confirm, display
 from .actions import DEAD_LETTER_ACTIONS, Action, bulk_actions
 from .base import (
     CappedChangeList,

@@ -118,7 +118,10 @@ class JobAdmin(JobRowAdmin):
     row_actions = JOB_ACTIONS
     json_columns = ("args", "kwargs", "result")
     fieldsets = (
-        (None, {"fields": ("id", "name", "queue", "state", "priority", "unique_key")}),
+        (
+            None,
+            {"fields": ("id", "name", "queue", "state", "priority", "unique_key", "waiting_key")},
+        ),
         (
             "Timing",
             {
@@ -169,6 +172,8 @@ class JobAdmin(JobRowAdmin):
         in_flight = Q(unique_key=term, status__in=[Status.READY, Status.RUNNING])
         if self.rows().filter(in_flight).exists():
             return queryset.filter(in_flight)
+        if self.rows().filter(waiting_key=term).exists():  # pgjobs_job_waiting_key
+            return queryset.filter(waiting_key=term)
         return super().search_by_text(queryset, term) | queryset.filter(unique_key=term)
 
     def get_list_display(self, request):

@@ -25,6 +25,121 @@ SELECT inserted.id, inserted.run_after, inserted.created_at, inserted.unique_key
             THEN pg_notify('pgjobs', inserted.queue) END IS NULL AS _notified
 FROM inserted;
 
+-- Enqueueing with unique rules (django_pgjobs/uniqueness.py; docs/howto/unique.md). Each is one
+-- statement deciding against a unique index or the throttle window's primary key, never a read
+-- then a write. Each returns the written row whole with `created` (true: inserted, false: a
+-- debounced update of the waiting job holding the key); no row: skipped.
+
+-- part: insert_keyed_job
+-- The INSERT of one job with a unique key, as a SELECT (a statement may add a WHERE):
+-- `unique_key` holds the key for the scope 'in_flight', `waiting_key` for 'waiting'.
+INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
+                        max_attempts, unique_key, waiting_key, timeout, created_at, worker,
+                        errors, keep_result, task_backend)
+SELECT %(name)s::text, %(queue)s::text, %(priority)s::smallint, %(args)s::jsonb,
+       %(kwargs)s::jsonb, 'ready', COALESCE(%(run_after)s::timestamptz, now()), 0,
+       %(max_attempts)s::int, %(unique_key)s::text, %(waiting_key)s::text, %(timeout)s::float8,
+       now(), '', '[]'::jsonb, %(keep_result)s::boolean, %(task_backend)s::text
+
+-- part: debounce_waiting_job
+-- The conflict action of a debounced enqueue: the waiting job holding the key takes the newer
+-- arguments (`replace_args`) and/or due time (`move_run_after`). A running holder (scope
+-- 'in_flight') is left alone: no row comes back, the enqueue is skipped.
+DO UPDATE SET
+    args = CASE WHEN %(replace_args)s::boolean THEN EXCLUDED.args ELSE pgjobs_job.args END,
+    kwargs = CASE WHEN %(replace_args)s::boolean THEN EXCLUDED.kwargs ELSE pgjobs_job.kwargs END,
+    run_after = CASE WHEN %(move_run_after)s::boolean THEN EXCLUDED.run_after
+                     ELSE pgjobs_job.run_after END
+WHERE pgjobs_job.status = 'ready'
+RETURNING pgjobs_job.*, pgjobs_job.xmax = 0 AS created
+
+-- part: open_throttle_window
+-- Open the key's throttle window for `throttle` seconds, unless it is open: no row then. Two
+-- enqueues racing for a closed window: the second waits for the first's row and finds it open.
+INSERT INTO pgjobs_throttle (key, ends_at)
+VALUES (%(throttle_key)s::text, statement_timestamp() + %(throttle)s::float8 * interval '1 second')
+ON CONFLICT (key) DO UPDATE SET ends_at = EXCLUDED.ends_at
+WHERE pgjobs_throttle.ends_at <= statement_timestamp()
+RETURNING key
+
+-- part: wake_written
+-- The end of the statements above: the written row, and the workers listening on its queue
+-- woken when it is due now (as enqueue_job).
+SELECT written.*,
+       CASE WHEN %(notify)s AND written.run_after <= now()
+            THEN pg_notify('pgjobs', written.queue) END IS NULL AS _notified
+FROM written
+
+-- name: enqueue_job_waiting
+-- enqueue_job for the scope 'waiting': skipped while a job holding the key waits.
+WITH written AS (
+    {{insert_keyed_job}}
+    ON CONFLICT (waiting_key) WHERE waiting_key IS NOT NULL DO NOTHING
+    RETURNING *, true AS created
+)
+{{wake_written}};
+
+-- name: enqueue_job_debounced
+-- A debounced enqueue, scope 'in_flight': insert, or update the waiting job holding the key.
+WITH written AS (
+    {{insert_keyed_job}}
+    ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
+    {{debounce_waiting_job}}
+)
+{{wake_written}};
+
+-- name: enqueue_job_waiting_debounced
+-- A debounced enqueue, scope 'waiting'.
+WITH written AS (
+    {{insert_keyed_job}}
+    ON CONFLICT (waiting_key) WHERE waiting_key IS NOT NULL
+    {{debounce_waiting_job}}
+)
+{{wake_written}};
+
+-- name: enqueue_job_throttled
+-- A throttled enqueue, scope 'in_flight': inserted only if it opens the key's window and the
+-- key is free. (A window opened by an enqueue skipped because the key is still held stays open:
+-- at most one job per window, the one in flight.)
+WITH opened AS ({{open_throttle_window}}),
+written AS (
+    {{insert_keyed_job}}
+    WHERE EXISTS (SELECT FROM opened)
+    ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
+    DO NOTHING
+    RETURNING *, true AS created
+)
+{{wake_written}};
+
+-- name: enqueue_job_waiting_throttled
+-- A throttled enqueue, scope 'waiting'.
+WITH opened AS ({{open_throttle_window}}),
+written AS (
+    {{insert_keyed_job}}
+    WHERE EXISTS (SELECT FROM opened)
+    ON CONFLICT (waiting_key) WHERE waiting_key IS NOT NULL DO NOTHING
+    RETURNING *, true AS created
+)
+{{wake_written}};
+
+-- name: find_waiting_by_unique_key
+-- The waiting job holding a key of the scope 'waiting'.
+SELECT * FROM pgjobs_job WHERE waiting_key = %(unique_key)s;
+
+-- name: hand_over_unique_key
+-- A running job enqueueing its own unique key (scope 'in_flight') hands it over: its row stops
+-- holding the key, so the job it enqueues can take it (the self-rescheduling job); fenced by its
+-- claim token. Run just before that enqueue, in the same transaction when there is one.
+UPDATE pgjobs_job SET unique_key = NULL
+WHERE id = %(id)s AND claim_token = %(token)s::uuid AND status = 'running'
+  AND unique_key = %(unique_key)s
+RETURNING id;
+
+-- name: prune_throttle_windows
+-- Delete the throttle windows past their end (a plain condition: an enqueue reopening a window
+-- meanwhile is waited for and its new end checked again).
+DELETE FROM pgjobs_throttle WHERE ends_at < now() RETURNING key;
+
 -- name: enqueue_jobs
 -- Insert many jobs of one kind in one statement: the per-job values (args, kwargs, unique key)
 -- come as parallel arrays (unnest), the rest once; same rules as enqueue_job and one notification
@@ -77,7 +192,8 @@ WHERE unique_key = %(unique_key)s AND status IN ('ready', 'running');
 -- mark_started; a held job the rescue finds unstarted has its attempt given back). A held job
 -- the rescue once gave back unstarted (`returned_unstarted`) comes with `start_recorded_first`:
 -- its executor records its start (mark_started) before running it, not after.
--- `skip_names`: names of a kind whose slots are full. Why each part: docs/explanation/claim.md.
+-- `skip_names`: names of a kind whose slots are full. A claimed job no longer holds a key of the
+-- unique scope 'waiting' (`waiting_key`). Why each part: docs/explanation/claim.md.
 WITH candidates AS (
     SELECT id, priority, run_after, name = ANY(%(async_names)s::text[]) AS is_async
     FROM pgjobs_job
@@ -109,6 +225,7 @@ SET status = 'running',
     max_attempts = GREATEST(j.max_attempts, j.attempts + 1),
     claim_token = %(token)s::uuid,
     worker = %(worker)s,
+    waiting_key = NULL,
     started_at = CASE WHEN picked.starts THEN now() END,
     first_started_at = CASE WHEN picked.starts THEN COALESCE(j.first_started_at, now())
                             ELSE j.first_started_at END,
@@ -414,6 +531,14 @@ DELETE FROM pgjobs_worker
 WHERE last_seen_at < now() - %(forget_seconds)s * interval '1 second'
   AND id NOT IN (SELECT id FROM touched)
 RETURNING id;
+
+-- name: live_workers
+-- The workers heard from within `alive_seconds`, with the queues each serves (an empty list:
+-- every queue). The registry holds one row per worker process.
+SELECT id, hostname, queues
+FROM pgjobs_worker
+WHERE last_seen_at >= now() - %(alive_seconds)s * interval '1 second'
+ORDER BY id;
 
 -- name: unregister_worker
 -- Remove a worker from the registry when it stops.

@@ -26,7 +26,10 @@ Options (defaults)
     ``PGJOBS["ASYNC_CONCURRENCY"]``), ``batch_size`` (max jobs per
     claim, None: ``holding.MAX_HELD``), ``prefetch`` (jobs claimed beyond free slots, None:
     adaptive, see ``holding.py``), ``burst`` (False), ``max_jobs`` (None),
-    ``poll_interval``/``shutdown_grace``/``listen`` (from settings), ``stats_interval`` (60 s).
+    ``poll_interval``/``shutdown_grace``/``listen`` (from settings), ``stats_interval`` (60 s),
+    ``inline`` (False; True: every job on the calling thread and its connection, inside its
+    transaction, one at a time, no listener, no signal handlers: ``run_jobs()`` in a
+    ``TestCase``, see ``inline.py``).
 
 Thread ownership
     - The dispatcher thread (the one calling ``run()``) owns the jobs connection

@@ -194,7 +194,7 @@ class AsyncExecutor:
         checked = False  # the lane's connections were checked after the job
         try:
             await self._before_job(job, lane)
-            result = await self._await_job(job, definition)
+            result = await self.await_job(job, definition)
             left_open = None
             if lane.orm_open() or not lane.idle():  # (a call still running may open one)
                 left_open = await self.loop.run_in_executor(lane, lane.after_job)
@@ -231,7 +231,9 @@ class AsyncExecutor:
         cancelled = self.cancelled.get(attempt_of(job))
         return cancelled[1] if cancelled is not None and cancelled[0] is job else error
 
-    async def _await_job(self, job: ClaimedJob, definition: registry.JobDefinition):
+    async def await_job(self, job: ClaimedJob, definition: registry.JobDefinition):
+        """Await one async job as the worker does (no lane: its ORM calls go where the caller
+        sends them); its outcome."""
         started = time.monotonic()
         if job.timeout is not None:
             job.deadline = started + job.timeout

@@ -148,18 +148,25 @@ class ExecutorPool:
                         return
                     job, definition = item
                     own.before_job(job)
-                    refused = self._record_start_first(job)
-                    if refused is not None:
-                        self.inbox.put(refused)
+                    if not self._begin(job):
                         continue
-                    if job.held:  # started now: the dispatcher records it
-                        self.starts.started(job, time.monotonic())
                     result = self._execute(job, definition)
                     self.inbox.put(self._settle_connections(own, result))
                     if own.retired:  # timed out: a new executor has taken this one's place
                         return
         finally:
             connections.close_all()
+
+    def _begin(self, job: ClaimedJob) -> bool:
+        """The job is about to start: its start recorded (first, or by the dispatcher). False
+        when it must not run: it was handed back (``_record_start_first``)."""
+        refused = self._record_start_first(job)
+        if refused is not None:
+            self.inbox.put(refused)
+            return False
+        if job.held:  # started now: the dispatcher records it
+            self.starts.started(job, time.monotonic())
+        return True
 
     def _record_start_first(self, job: ClaimedJob) -> HandBack | None:
         """A held job the rescue once gave back unstarted has its start recorded here, before

@@ -27,11 +27,14 @@ from .executors import ExecutorPool
 from .failures import FailurePolicy
 from .faults import DispatcherDatabase, LoopBackoff
 from .holding import Prefetch
+from .inline import InlineDatabase, InlineExecutors
 from .listener import Listener
 from .logs import log_start, log_stats, warn_unused_queues
 from .maintenance import (
     HeartbeatConfig,
     LeaseHeartbeat,
+    LivenessConfig,
+    LivenessFile,
     MaintenanceUnit,
     MetricsConfig,
     MetricsFlush,
@@ -78,6 +81,7 @@ class Worker:
         self.hostname, self.id = new_worker_id()
         self.sender = Worker  # of every django_pgjobs signal
         self.units: list[MaintenanceUnit] = []  # built when the loop starts
+        self.liveness: LivenessFile | None = None  # one of the units, run first in a turn
         self._wire(self.options)
         self.signal_handlers = SignalHandlers(
             self.stop,
@@ -91,13 +95,13 @@ class Worker:
         self.state = DispatcherState()
         self.inbox = Inbox()  # any thread -> dispatcher
         self.stop = StopState(o.shutdown_grace)
-        self.db = DispatcherDatabase(o.alias, self.stop)
+        self.db = (InlineDatabase if o.inline else DispatcherDatabase)(o.alias, self.stop)
         self.acks = Acknowledgements(self.db, self.state, o.batch_size)
         self.starts = PendingStarts(self.db, self.state, self.inbox)
         self.failures = FailurePolicy(
             self.db, self.state, self.id, self.sender, o.unknown_job_grace, o.release
         )
-        self.executors = ExecutorPool(
+        self.executors = (InlineExecutors if o.inline else ExecutorPool)(
             alias=o.alias,
             concurrency=o.concurrency,
             inbox=self.inbox,
@@ -145,7 +149,10 @@ class Worker:
     def _maintenance_units(self) -> list[MaintenanceUnit]:
         """The periodic units, in the order they run within a turn."""
         o, db = self.options, self.db
+        if o.liveness_file is not None:
+            self.liveness = LivenessFile(LivenessConfig(o.liveness_file, o.heartbeat_seconds))
         return [
+            *([self.liveness] if self.liveness else []),
             self.timeouts,
             MetricsFlush(db, MetricsConfig(), self.state.metrics),
             LeaseHeartbeat(
@@ -240,6 +247,8 @@ class Worker:
             turns.database_down = True  # the last step failed: do not wait for another
             self.shutdown.leave_to_leases()
             return False
+        if self.liveness:  # before any statement: a turn that waits for the database touches it
+            self.liveness.run_if_due(time.monotonic())
         try:
             self._drain_events(block_for=0)
             claim_due = self.claimer.due()  # the claim carries the acknowledgements

@@ -14,6 +14,7 @@ The units, their intervals and what each does: ``docs/explanation/worker.md``.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 from collections.abc import Callable, Iterable
@@ -100,6 +101,42 @@ class LeaseHeartbeat(MaintenanceUnit):
                 lost += 1
                 logger.warning("lease of job %s #%s was lost (rescued elsewhere)", job.name, job.id)
         return HeartbeatCounts(extended=len(kept), lost=lost, abort_requested=marked)
+
+
+# -- the liveness file ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LivenessConfig:
+    path: str  # runjobs --liveness-file
+    interval_seconds: float = 10.0  # HEARTBEAT_SECONDS
+
+
+class LivenessFile(MaintenanceUnit):
+    """Touches ``config.path`` at start and every ``interval_seconds`` while the loop turns
+    (waiting for the database included: the loop runs it before any statement), for a probe
+    that reads its age without asking the database (``runjobs --liveness-file``;
+    docs/howto/deploy.md). A file that cannot be written is logged, never fatal: the probe then
+    fails, which says it. Returns whether it touched the file."""
+
+    def __init__(self, config: LivenessConfig) -> None:
+        self.config = config
+        super().__init__()
+
+    def interval(self) -> float:
+        return self.config.interval_seconds
+
+    def first_delay(self) -> float:
+        return 0.0
+
+    def run_once(self) -> bool:
+        try:
+            with open(self.config.path, "a"):
+                os.utime(self.config.path)
+        except OSError as error:
+            logger.warning("could not touch the liveness file %s: %s", self.config.path, error)
+            return False
+        return True
 
 
 # -- the worker registry ------------------------------------------------------------------------
@@ -193,7 +230,8 @@ class PruneConfig:
 class Pruner(AtStartThenJittered):
     """Deletes the successful jobs kept past their retention: ``keep_succeeded_seconds``, or
     ``keep_results_seconds`` for jobs that kept their result (always: those are kept whatever
-    ``KEEP_SUCCEEDED_SECONDS`` says). Returns how many it deleted."""
+    ``KEEP_SUCCEEDED_SECONDS`` says), and the throttle windows past their end
+    (``models.ThrottleWindow``). Returns how many rows it deleted."""
 
     def __init__(self, db: DispatcherDatabase, config: PruneConfig) -> None:
         self.db, self.config = db, config
@@ -201,12 +239,10 @@ class Pruner(AtStartThenJittered):
 
     def run_once(self) -> int:
         config = self.config
+        connection = self.db.connection()
         return operations.prune_succeeded(
-            self.db.connection(),
-            config.keep_succeeded_seconds,
-            config.keep_results_seconds,
-            config.limit,
-        )
+            connection, config.keep_succeeded_seconds, config.keep_results_seconds, config.limit
+        ) + operations.prune_throttle_windows(connection)
 
 
 # -- counts -------------------------------------------------------------------------------------

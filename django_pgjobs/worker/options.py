@@ -39,6 +39,8 @@ class WorkerOptions:
     listen: bool
     stats_interval: float
     install_signal_handlers: bool
+    inline: bool  # on the caller's thread and connection (``inline.py``): run_jobs() in a test
+    liveness_file: str | None  # None: none written
     # from the settings
     alias: str
     lease_seconds: float
@@ -68,6 +70,8 @@ class WorkerOptions:
         listen: bool | None = None,
         stats_interval: float = STATS_INTERVAL_SECONDS,
         install_signal_handlers: bool = True,
+        inline: bool = False,
+        liveness_file: str | os.PathLike | None = None,
     ) -> WorkerOptions:
         """``ValueError`` naming the option for any value out of its range."""
         config = get_config()
@@ -87,9 +91,12 @@ class WorkerOptions:
             shutdown_grace=check_seconds(
                 "shutdown_grace", _default(shutdown_grace, config.SHUTDOWN_GRACE_SECONDS)
             ),
-            listen=config.LISTEN_NOTIFY if listen is None else bool(listen),
+            # inline: nothing to wake (the caller runs every step), and LISTEN needs a thread
+            listen=False if inline else config.LISTEN_NOTIFY if listen is None else bool(listen),
             stats_interval=check_positive_seconds("stats_interval", stats_interval),
-            install_signal_handlers=bool(install_signal_handlers),
+            install_signal_handlers=bool(install_signal_handlers) and not inline,
+            inline=bool(inline),
+            liveness_file=None if liveness_file is None else _liveness_file(liveness_file),
             alias=config.DATABASE,
             lease_seconds=config.LEASE_SECONDS,
             heartbeat_seconds=config.HEARTBEAT_SECONDS,
@@ -116,6 +123,14 @@ def _queues(queues: Sequence[str] | None) -> tuple[str, ...] | None:
     if isinstance(queues, str):
         raise ValueError(f"queues must be a list of queue names, not the string {queues!r}")
     return tuple(check_queue(queue) for queue in queues) or None
+
+
+def _liveness_file(path: str | os.PathLike) -> str:
+    """The path of the liveness file, whose directory must exist."""
+    text = os.fspath(path)
+    if not text or not os.path.isdir(os.path.dirname(os.path.abspath(text))):
+        raise ValueError(f"liveness_file: no directory to write {text!r} in")
+    return text
 
 
 def _default(value, default):

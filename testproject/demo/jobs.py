@@ -329,3 +329,11 @@ def record_then_return_a_set(label: str) -> set:
     """Record one execution, then return what JSON cannot hold: its result cannot be kept."""
     _record(label)
     return {label}
+
+
+@job(max_attempts=1)
+def fail_in_the_database(label: str) -> None:
+    """Records, then fails on a statement: the transaction it ran in is left aborted."""
+    _record(label)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 / 0")

@@ -2,4 +2,7 @@ from django.urls import path
 
 from . import views
 
-urlpatterns = [path("", views.signup, name="signup")]
+urlpatterns = [
+    path("", views.signup, name="signup"),
+    path("record/<str:kind>/", views.record, name="record"),
+]

@@ -76,3 +76,13 @@ def add_points_returning(counter: str, points: int, kind: str) -> object:
     if kind == "decimal":
         return Decimal(points)
     return {points}  # a set
+
+
+@task(queue_name="tasks")
+def record_label(label: str) -> None:
+    """One execution row, as the demo's ``record`` job writes (tests/test_run_jobs_in_testcase.py)."""
+    import os
+
+    from testproject.demo.models import Execution
+
+    Execution.objects.create(job_id=0, label=label, pid=os.getpid())

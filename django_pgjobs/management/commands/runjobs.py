@@ -95,6 +95,12 @@ class Command(BaseCommand):
             help="Exit with status 0 once no job is ready.",
         )
         parser.add_argument(
+            "--liveness-file",
+            metavar="PATH",
+            help="Touch this file at start and every HEARTBEAT_SECONDS while the worker's loop "
+            "turns, for a probe that checks its age (docs/howto/deploy.md).",
+        )
+        parser.add_argument(
             "--no-listen",
             action="store_true",
             help="Poll only, no LISTEN/NOTIFY (for PgBouncer in transaction mode).",
@@ -118,6 +124,7 @@ class Command(BaseCommand):
                 shutdown_grace=options["shutdown_grace"],
                 listen=False if options["no_listen"] else None,  # None: LISTEN_NOTIFY
                 stats_interval=options["stats_interval"],
+                liveness_file=options["liveness_file"],
             )
         except ValueError as error:
             raise CommandError(str(error)) from error

@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_pgjobs", "0011_dashboard"),
+        ("django_pgjobs", "0012_unique_scopes"),
     ]
 
     operations = [

@@ -1,7 +1,8 @@
-"""What the dashboard reads: per-queue counts, rates and waits, dead-letter groups.
+"""What operators read: per-queue counts, rates and waits, dead-letter groups, live workers.
 
-Every read runs a named statement of ``sql/queries.sql``; the per-minute statistics come from
-the workers' counters (``django_pgjobs.metrics``).
+The admin dashboard, ``pgjobs/metrics`` and ``pgjobs/health`` all read through here, so they
+show the same numbers. Every read runs a named statement of ``sql/queries.sql``; the per-minute
+statistics come from the workers' counters (``django_pgjobs.metrics``).
 
 Counting
     While pgjobs_job holds up to ``EXACT_COUNT_ROWS`` rows, every live job is counted. Above,
@@ -19,6 +20,10 @@ Rates
 Wait
     Percentiles of the last ``RECENT_MINUTES`` minutes, interpolated inside a bucket of
     ``metrics.WAIT_BUCKET_BOUNDS``.
+
+Live workers
+    A worker is alive while the registry heard from it within ``ALIVE_HEARTBEATS`` heartbeats
+    (``HEARTBEAT_SECONDS``); it serves the queues its row names, or every queue (an empty list).
 """
 
 from __future__ import annotations
@@ -31,8 +36,9 @@ from typing import Any
 
 from django.utils import timezone
 
-from .. import db, operations, sql
-from ..metrics import WAIT_BUCKET_BOUNDS
+from . import db, operations, sql
+from .conf import get_config
+from .metrics import WAIT_BUCKET_BOUNDS
 
 RECENT_MINUTES = 15
 THROUGHPUT_MINUTES = 5
@@ -43,6 +49,8 @@ EXACT_COUNT_ROWS = 200_000
 #: jobs and dead letters of the dashboard.
 COUNT_CAP = 10_000
 CHART_MINUTES = 60
+#: A worker heard from within this many heartbeats is alive.
+ALIVE_HEARTBEATS = 3
 
 
 def percentile(buckets: Sequence[int], fraction: float) -> float | None:
@@ -129,10 +137,9 @@ def queue_overview(
                 setattr(overview, key, row[key])
     else:
         _count_big_queues(connection, [get(name) for name in names])
-    for row in db.execute(connection, "queue_heads", {"queues": names}):
-        overview = get(row["queue"])
-        overview.oldest_due = row["head_due"]
-        overview.oldest_due_seconds = (row["measured_at"] - row["head_due"]).total_seconds()
+    for name, (head_due, waited) in oldest_due(connection, names).items():
+        overview = get(name)
+        overview.oldest_due, overview.oldest_due_seconds = head_due, waited
     if dead_letters:
         params = {"queues": names, "cap": COUNT_CAP + 1}
         for row in db.execute(connection, "dead_letters_by_queue", params):
@@ -145,6 +152,42 @@ def queue_overview(
         overview.throughput_seconds = throughput_seconds
     ordered = [queues[name] for name in sorted(queues)]
     return ordered, chart
+
+
+def oldest_due(connection, names: list[str]) -> dict[str, tuple[datetime, float]]:
+    """For each of the queues ``names`` that has a due job: when its oldest due job became due,
+    and the seconds since (by the database's clock)."""
+    return {
+        row["queue"]: (row["head_due"], (row["measured_at"] - row["head_due"]).total_seconds())
+        for row in db.execute(connection, "queue_heads", {"queues": names})
+    }
+
+
+def alive_seconds() -> float:
+    """A worker heard from within this many seconds is alive."""
+    return ALIVE_HEARTBEATS * get_config().HEARTBEAT_SECONDS
+
+
+@dataclass(frozen=True)
+class LiveWorker:
+    id: str
+    hostname: str
+    queues: tuple[str, ...]  # empty: every queue
+
+    def serves(self, queue: str) -> bool:
+        return not self.queues or queue in self.queues
+
+
+def live_workers(connection) -> list[LiveWorker]:
+    """The workers alive now (``alive_seconds``), from the registry. A hand-made row whose
+    queue list cannot be read serves no queue."""
+    workers = []
+    for row in db.execute(connection, "live_workers", {"alive_seconds": alive_seconds()}):
+        queues = row["queues"]
+        if not isinstance(queues, list) or not all(isinstance(q, str) for q in queues):
+            queues = ["(unreadable)"]
+        workers.append(LiveWorker(row["id"], row["hostname"], tuple(queues)))
+    return workers
 
 
 def _read_statistics(connection, get, measured_at: datetime):

@@ -1,0 +1,141 @@
+"""``pgjobs/metrics``: the operator's numbers in the Prometheus text format.
+
+Needs ``prometheus_client`` (``pip install "django-pgjobs[prometheus]"``). Every value is read
+from the database when Prometheus scrapes, through ``overview`` (the admin dashboard's reads),
+so any web process answers for every worker host: no state in the process, no multiprocess
+mode, nothing lost when a worker restarts. ``JobsCollector`` is a custom collector registered on
+a ``CollectorRegistry`` of its own (never the process's default registry, which holds the
+process's own metrics).
+
+The series, their labels and how to alert on them: docs/howto/monitor.md. Windows (the last 5
+minutes for throughput, the last hour for successes and failures, the last 15 minutes for
+waits) and count caps are ``overview``'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from . import overview
+from .access import Reader
+
+#: The job views counted per queue (``states.View``), as the ``state`` label.
+STATES = ("due", "scheduled", "retrying", "running")
+QUANTILES = (("0.95", "wait_p95"), ("0.99", "wait_p99"))
+
+
+def gauge(name: str, documentation: str, labels: tuple[str, ...] = ("queue",)):
+    return GaugeMetricFamily(name, documentation, labels=list(labels))
+
+
+class JobsCollector(Collector):
+    """Reads the numbers on each ``collect()``: one scrape, one pass over ``overview``."""
+
+    def __init__(self, connection, reader: Reader) -> None:
+        self.connection, self.reader = connection, reader
+
+    def collect(self) -> Iterator[Metric]:
+        queues, _ = overview.queue_overview(self.connection, dead_letters=self.reader.dead_letters)
+        yield from self._jobs(queues)
+        yield from self._rates(queues)
+        if self.reader.dead_letters:
+            yield from self._dead_letters(queues)
+        if self.reader.workers:
+            yield from self._workers(queues)
+        tables = gauge(
+            "pgjobs_table_rows_estimated",
+            "Rows of the table by the planner's estimate (updated by ANALYZE).",
+            ("table",),
+        )
+        for table, rows in sorted(overview.table_row_estimates(self.connection).items()):
+            tables.add_metric([table], rows)
+        yield tables
+
+    def _jobs(self, queues) -> Iterator[Metric]:
+        jobs = gauge(
+            "pgjobs_jobs",
+            f"Live jobs by state. Retrying jobs stop at {overview.COUNT_CAP}; due and scheduled "
+            "are estimates while pgjobs_counts_estimated is 1.",
+            ("queue", "state"),
+        )
+        oldest = gauge(
+            "pgjobs_oldest_due_job_age_seconds",
+            "Seconds the queue's oldest due job has waited since it became due (0: none due).",
+        )
+        expired = gauge(
+            "pgjobs_leases_expired", "Running jobs whose lease expired (their worker is gone)."
+        )
+        paused = gauge("pgjobs_queue_paused", "1 while an operator has paused the queue.")
+        for q in queues:
+            for state in STATES:
+                jobs.add_metric([q.name, state], getattr(q, state))
+            oldest.add_metric([q.name], q.oldest_due_seconds or 0.0)
+            expired.add_metric([q.name], q.lease_expired)
+            paused.add_metric([q.name], int(q.paused))
+        estimated = GaugeMetricFamily(
+            "pgjobs_counts_estimated",
+            "1 when due and scheduled jobs are the planner's estimates (a big pgjobs_job).",
+            value=int(any(q.estimated for q in queues)),
+        )
+        yield from (jobs, oldest, expired, paused, estimated)
+
+    def _rates(self, queues) -> Iterator[Metric]:
+        throughput = gauge(
+            "pgjobs_throughput_jobs_per_second",
+            f"Jobs succeeded per second over the last {overview.THROUGHPUT_MINUTES} minutes.",
+        )
+        succeeded = gauge("pgjobs_succeeded_last_hour", "Jobs succeeded in the last hour.")
+        failed = gauge(
+            "pgjobs_failed_last_hour",
+            "Failed attempts (retried or dead-lettered) in the last hour.",
+        )
+        wait = gauge(
+            "pgjobs_wait_seconds",
+            f"Time from due to claim over the last {overview.RECENT_MINUTES} minutes, by "
+            "quantile (+Inf: above the highest bucket).",
+            ("queue", "quantile"),
+        )
+        for q in queues:
+            throughput.add_metric([q.name], q.throughput_per_minute / 60)
+            succeeded.add_metric([q.name], q.succeeded_60m)
+            failed.add_metric([q.name], q.failed_60m)
+            if q.wait_samples:
+                for quantile, field in QUANTILES:
+                    wait.add_metric([q.name, quantile], getattr(q, field))
+        yield from (throughput, succeeded, failed, wait)
+
+    def _dead_letters(self, queues) -> Iterator[Metric]:
+        dead = gauge(
+            "pgjobs_dead_letters",
+            f"Dead letters of the queue, counted up to {overview.COUNT_CAP}.",
+        )
+        last_hour = gauge("pgjobs_dead_letters_last_hour", "Jobs dead-lettered in the last hour.")
+        for q in queues:
+            dead.add_metric([q.name], q.dead_letters)
+            last_hour.add_metric([q.name], q.dead_letters_last_hour)
+        yield from (dead, last_hour)
+
+    def _workers(self, queues) -> Iterator[Metric]:
+        workers = overview.live_workers(self.connection)
+        yield GaugeMetricFamily(
+            "pgjobs_workers_alive",
+            "Worker processes heard from within three heartbeats.",
+            value=len(workers),
+        )
+        serving = gauge("pgjobs_queue_workers_alive", "Live workers that serve the queue.")
+        for q in queues:
+            serving.add_metric([q.name], sum(1 for w in workers if w.serves(q.name)))
+        yield serving
+
+
+def exposition(connection, reader: Reader, accept: str) -> tuple[bytes, str]:
+    """The scrape's body and content type (the text format, or OpenMetrics when ``accept``
+    asks for it)."""
+    registry = CollectorRegistry()
+    registry.register(JobsCollector(connection, reader))
+    encoder, content_type = choose_encoder(accept)
+    return encoder(registry), content_type

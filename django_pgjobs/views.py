@@ -1,0 +1,45 @@
+"""The two read-only endpoints of ``include("django_pgjobs.urls")``: ``metrics`` and
+``health``. Who may read them: ``access``; what they say: ``prometheus`` and ``health``."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_safe
+
+from . import access
+from .conf import get_config
+from .db import jobs_connection
+from .health import check_health
+
+MISSING_CLIENT = "pgjobs/metrics needs prometheus_client: pip install 'django-pgjobs[prometheus]'\n"
+
+
+@never_cache
+@require_safe
+def metrics(request: HttpRequest) -> HttpResponse:
+    try:
+        reader = access.authorize(request)
+    except access.Refused as refused:
+        return refused.response()
+    try:
+        from .prometheus import exposition
+    except ImportError:  # the optional extra is not installed
+        return HttpResponse(MISSING_CLIENT, status=501, content_type="text/plain; charset=utf-8")
+    body, content_type = exposition(jobs_connection(), reader, request.META.get("HTTP_ACCEPT", ""))
+    return HttpResponse(body, content_type=content_type)
+
+
+@never_cache
+@require_safe
+def health(request: HttpRequest) -> HttpResponse:
+    config = get_config()
+    try:
+        access.authorize(request)
+        details = True
+    except access.Refused as refused:
+        if not config.HEALTH_PUBLIC:
+            return refused.response()
+        details = False
+    result = check_health(jobs_connection(), config.HEALTH_MAX_DUE_AGE_SECONDS)
+    return JsonResponse(result.body(details), status=200 if result.ok else 503)
