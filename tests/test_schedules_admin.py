@@ -155,6 +155,12 @@ def test_a_schedule_whose_job_is_gone_is_reported_by_the_check_and_the_admin(adm
     page = admin_client.get(CHANGELIST).content.decode()
     assert "myapp.jobs.removed_last_release (job not registered: fires nothing)" in page
     assert Schedule.objects.filter(name="orphan").exists()  # never dropped
+    orphan = Schedule.objects.get(name="orphan")
+    response = act(admin_client, "run_now", orphan)
+    assert "orphan: job myapp.jobs.removed_last_release is not registered." in messages_text(
+        response
+    )
+    assert not ScheduleFire.objects.exists()
     call_command("check", "--database", "default", "--fail-level", "ERROR")
 
 
