@@ -269,3 +269,32 @@ def test_a_row_written_without_its_next_fire_time_starts_at_the_next_one():
     row.refresh_from_db()
     assert row.next_fire_at == dt.datetime(2026, 1, 5, 10, 0, tzinfo=UTC)
     assert fire_times(row) == []
+
+
+def test_a_hand_made_row_that_cannot_be_read_is_logged_and_the_others_still_fire(caplog):
+    start = dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC)
+    good = schedule("* * * * *", start, name="good")
+    for name, fields in (("bad cron", {"cron": "every day"}), ("bad zone", {"time_zone": "X/Y"})):
+        Schedule.objects.create(
+            name=name,
+            job_name=RECORD,
+            next_fire_at=good.next_fire_at,
+            **{"cron": "@daily", **fields},
+        )
+    unit = scheduler(Clock(start + dt.timedelta(minutes=1)))
+    counts = unit.run_once()
+    assert (counts.fired, counts.invalid) == (1, 2)
+    assert (
+        "schedule 'bad cron' cannot be read (cron 'every day' must have five fields" in caplog.text
+    )
+    assert "schedule 'bad zone' cannot be read (unknown time zone 'X/Y')" in caplog.text
+    assert fire_times(good) == [dt.datetime(2026, 1, 5, 9, 1, tzinfo=UTC)]
+
+
+def test_more_due_schedules_than_one_look_takes_are_taken_by_the_next_look_at_once():
+    start = dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC)
+    for number in range(5):
+        schedule("* * * * *", start, name=f"schedule {number}")
+    unit = scheduler(Clock(start + dt.timedelta(minutes=1)), limit=3)
+    assert unit.run_once().fired == 3 and unit.wait_seconds() == 0
+    assert unit.run_once().fired == 2 and unit.wait_seconds() > 0

@@ -39,6 +39,7 @@ class SchedulerCounts:
     taken: int = 0  # fire times another worker had fired (or the schedule changed meanwhile)
     skipped: int = 0  # missed fire times left out by their schedule's catch_up
     unknown: int = 0  # due schedules whose job this worker does not know
+    invalid: int = 0  # due schedules whose expression or time zone cannot be read (hand-made)
     synced: int = 0  # schedules declared in code written as rows (inserted or changed)
 
 
@@ -54,10 +55,11 @@ class Scheduler(MaintenanceUnit):
     ) -> None:
         self.db, self.config, self.clock = db, config, clock
         self.synced = False
-        self.warned: set[int] = set()  # schedules whose unknown job was logged
+        self.warned: set[int] = set()  # schedules whose unknown job or bad row was logged
         self.pruned_at = float("-inf")
         self.next_wake: dt.datetime | None = None  # the next fire time seen by the last look
         self.last_now: dt.datetime | None = None  # the clock of the last look
+        self.more_due = False  # the last look found ``limit`` due schedules: look again at once
         super().__init__()
 
     def first_delay(self) -> float:
@@ -74,6 +76,8 @@ class Scheduler(MaintenanceUnit):
     def wait_seconds(self) -> float:
         """Until the next fire time the last look saw, at most ``check_seconds``."""
         wait = self.config.check_seconds
+        if self.more_due:
+            return 0.0
         if self.next_wake is not None and self.last_now is not None:
             wait = min(wait, max(0.0, (self.next_wake - self.last_now).total_seconds()))
         return wait
@@ -87,9 +91,10 @@ class Scheduler(MaintenanceUnit):
             self.synced = True
         found = schedules.due(connection, self.clock() if self.clock else None, self.config.limit)
         self.last_now, self.next_wake = found.now, found.next_wake
-        counts = [self._handle(row, found.now) for row in found.schedules]
+        self.more_due = len(found.schedules) >= self.config.limit
+        counts = [self._handle_readable(row, found.now) for row in found.schedules]
         self._maybe_prune()
-        result = SchedulerCounts(*(sum(c[i] for c in counts) for i in range(4)), synced=synced)
+        result = SchedulerCounts(*(sum(c[i] for c in counts) for i in range(5)), synced=synced)
         if logger.isEnabledFor(logging.DEBUG):  # runjobs -v 2
             logger.debug(
                 "schedules looked at %s: %d due, %d fired, %d fired elsewhere",
@@ -100,20 +105,28 @@ class Scheduler(MaintenanceUnit):
             )
         return result
 
+    def _handle_readable(self, row: dict, now: dt.datetime) -> tuple[int, ...]:
+        """``_handle``, and (0, 0, 0, 0, 1) for a row the admin and ``@job`` would have refused
+        (written by hand): logged once, the other schedules still fire."""
+        try:
+            return (*self._handle(row, now), 0)
+        except (ValueError, RuntimeError, StopIteration) as error:
+            self._warn_once(row, "cannot be read (%s): not fired", error)
+            return 0, 0, 0, 0, 1
+
+    def _warn_once(self, row: dict, message: str, *args) -> None:
+        if row["id"] not in self.warned:
+            self.warned.add(row["id"])
+            logger.warning("schedule %r " + message, row["name"], *args)
+
     def _handle(self, row: dict, now: dt.datetime) -> tuple[int, int, int, int]:
         """(fired, taken, skipped, unknown) for one due schedule."""
         connection = self.db.connection()
         try:
             definition = registry.get(row["job_name"])
         except registry.UnknownJobError:
-            if row["id"] not in self.warned:
-                self.warned.add(row["id"])
-                logger.warning(
-                    "schedule %r names job %r, which this worker does not know: not fired "
-                    "(system check pgjobs.W002)",
-                    row["name"],
-                    row["job_name"],
-                )
+            message = "names job %r, which this worker does not know: not fired (pgjobs.W002)"
+            self._warn_once(row, message, row["job_name"])
             return 0, 0, 0, 1
         time_zone = schedules.time_zone_of(row["time_zone"])
         if row["next_fire_at"] is None:  # a row written by hand: start from now
