@@ -1,8 +1,9 @@
 """django-pgjobs: background jobs in the PostgreSQL database your Django project already has.
 
 Public API: ``job`` (decorator), ``enqueue``, ``enqueue_many``, ``abort`` (and ``Aborted``),
-``RetryPolicy``, ``Retry`` and ``Discard`` (raised by handlers), ``get_result``/``aget_result``
-(``JobResult``), ``EnqueueOutcome`` and ``UniqueScope`` (unique keys); models in
+``Cron`` (a recurring job's schedule), ``RetryPolicy``, ``Retry`` and ``Discard`` (raised by
+handlers), ``get_result``/``aget_result`` (``JobResult``), ``EnqueueOutcome`` and
+``UniqueScope`` (unique keys); models in
 ``django_pgjobs.models`` (``Job``, ``DeadLetter``); the worker is ``manage.py runjobs``.
 """
 
@@ -21,6 +22,7 @@ __all__ = [
     "Aborted",
     "AbortResult",
     "RetryPolicy",
+    "Cron",
     "Retry",
     "Discard",
     "get_result",
@@ -36,6 +38,7 @@ __all__ = [
 if TYPE_CHECKING:
     from .aborting import AbortResult
     from .backoff import RetryPolicy
+    from .cron import Cron
     from .errors import JobTimeout
     from .models import Job
     from .registry import JobDefinition, JobWithOptions, UnknownJobError, job
@@ -74,6 +77,7 @@ _LAZY = {
     "EnqueueOutcome": "uniqueness",
     "UniqueScope": "uniqueness",
     "RetryPolicy": "backoff",
+    "Cron": "cron",
     "JobTimeout": "errors",
     "Aborted": "errors",
     "AbortResult": "aborting",

@@ -5,13 +5,15 @@
 - ``pgjobs.E003``: ``PGJOBS["DATABASE"]`` names no database in ``settings.DATABASES``.
 - ``pgjobs.E004``: a job's ``lease_seconds`` is shorter than two heartbeats.
 - ``pgjobs.W001``: atomic jobs run on a jobs database other than ``default``.
+- ``pgjobs.W002``: a schedule names a job that is not registered (a database check: run by
+  ``migrate`` and ``check --database``).
 """
 
 from __future__ import annotations
 
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from .conf import ConfigError, get_config, raw_settings, validate
 from .registry import registered
@@ -121,4 +123,33 @@ def check_atomic_jobs_database(app_configs=None, **kwargs):
             f"only to {config.DATABASE!r} (and be idempotent about the rest).",
             id="pgjobs.W001",
         )
+    ]
+
+
+@register(Tags.database)
+def check_schedules(app_configs=None, databases=None, **kwargs):
+    """A schedule whose job is no longer registered fires nothing; it is kept (never dropped)
+    and said here and in the admin, for the operator to fix or delete."""
+    alias = _alias()
+    if not databases or alias not in databases:
+        return []
+    from .models import Schedule
+
+    try:
+        rows = list(Schedule.objects.using(alias).values_list("name", "job_name"))
+    except DatabaseError:
+        return []  # not migrated yet
+    known = registered()
+    return [
+        Warning(
+            f"Schedule {name!r} names the job {job_name!r}, which is not registered: it "
+            "fires nothing.",
+            hint="Register the job again (@job in an installed app's jobs module or "
+            "PGJOBS['JOB_MODULES']), point the schedule at another job in the admin, or "
+            "delete it.",
+            obj=f"schedule {name}",
+            id="pgjobs.W002",
+        )
+        for name, job_name in rows
+        if job_name not in known
     ]

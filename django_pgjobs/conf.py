@@ -126,6 +126,9 @@ class Config:
     UNKNOWN_JOB_GRACE_SECONDS: float = setting(600.0, SECONDS)
     #: This deployment's release (a version, a commit), in the worker's log lines; "" if unset.
     RELEASE: str = ""
+    #: Seconds after a schedule's fire time during which a worker still fires it as on time;
+    #: older fire times were missed (no worker ran) and follow the schedule's ``catch_up``.
+    SCHEDULE_MISFIRE_GRACE_SECONDS: float = setting(60.0, POSITIVE_SECONDS)
     #: Modules imported at start-up besides every installed app's ``jobs`` module.
     JOB_MODULES: tuple[str, ...] = ()
     #: Argument keys whose values are shown as ``'********'`` in the admin and logs.

@@ -25,6 +25,7 @@ from .backoff import RetryPolicy
 from .calls import NO_OPTIONS, CallOptions
 from .celery_calls import CeleryCalls
 from .conf import ConfigError, get_config
+from .cron import Cron
 from .installed import require_installed
 from .payload import Undecodable
 from .retries import check_exception_classes
@@ -136,6 +137,7 @@ class JobDefinition(CeleryCalls, HasUniqueRules):
     unique_scope: str | None = None  # these three: see ``uniqueness``
     debounce: bool | str | None = None
     throttle: float | None = None
+    cron: Cron | None = None  # a recurring job: ``@job(cron="*/5 * * * *")`` (cron.py)
 
     def __post_init__(self) -> None:
         if self.queue is not None:
@@ -169,6 +171,9 @@ class JobDefinition(CeleryCalls, HasUniqueRules):
         object.__setattr__(
             self, "discard_on", check_exception_classes("discard_on", self.discard_on) or ()
         )
+        if self.cron is not None:
+            object.__setattr__(self, "cron", Cron.of(self.cron))
+            self.check_arguments(list(self.cron.args), self.cron.kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
@@ -322,6 +327,7 @@ def job(
     unique_scope: str | None = None,
     debounce: bool | str | None = None,
     throttle: float | None = None,
+    cron: str | Cron | None = None,
 ):
     """Register a function as a job; usable bare (``@job``) or with options (``@job(...)``).
 
@@ -333,8 +339,8 @@ def job(
     ``keep_result`` (keep the JSON return value, read with ``get_result``), ``retry_on`` (only
     these exception classes are retried; others dead-letter at once), ``discard_on`` (these
     dead-letter at once), ``timeout`` (seconds a call may run before it counts as a failed
-    attempt, ``JobTimeout``). ``async def`` functions are awaited by the worker on its event
-    loop (``atomic=True`` is refused for them); generator functions are refused.
+    attempt, ``JobTimeout``), ``cron`` (recurring: a cron expression or a ``Cron``). Async
+    jobs are awaited by the worker (no ``atomic=True``); generator functions are refused.
     """
 
     options = {key: value for key, value in locals().items() if key not in ("func", "name")}
@@ -351,9 +357,7 @@ def job(
         _add(definition)
         return definition
 
-    if func is not None:
-        return register(func)
-    return register
+    return register if func is None else register(func)
 
 
 def queues_in_use(connection) -> set[str]:

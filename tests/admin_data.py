@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.utils.html import strip_tags
 
 from django_pgjobs.metrics import WAIT_BUCKET_BOUNDS
-from django_pgjobs.models import DeadLetter, Job, QueueStat, QueueState, Worker
+from django_pgjobs.models import DeadLetter, Job, QueueStat, QueueState, Schedule, Worker
 
 PASSWORD = "correct horse battery staple"
 MODELS = ("job", "deadletter", "queuestate", "worker")
@@ -225,6 +225,12 @@ def seed(rng: random.Random | None = None) -> dict:
                 )
             )
     QueueStat.objects.bulk_create(stats)
+    rows["schedule"] = Schedule.objects.create(
+        name="nightly cleanup",
+        job_name="testproject.demo.jobs.noop",
+        cron="0 3 * * *",
+        next_fire_at=(now + timedelta(days=1)).replace(hour=3, minute=0, second=0, microsecond=0),
+    )
     return rows
 
 

@@ -29,7 +29,7 @@ import pytest
 from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
-from helpers import MANAGE, ROOT, WorkerProcess, database_url_for_tests
+from helpers import MANAGE, ROOT, WorkerProcess, database_url_for_tests, registered_for_the_test
 
 from testproject import throwaway_pg
 
@@ -181,3 +181,12 @@ def pytest_report_header(config) -> str:
         version = conn.info.server_version
     source = throwaway_pg.server_description() or "the server DATABASE_URL names"
     return f"PostgreSQL server {version // 10000}.{version % 10000}: {source}"
+
+
+@pytest.fixture
+def declared():
+    """The recurring jobs of testproject/demo/recurring.py, declared for this test only."""
+    from testproject.demo import recurring
+
+    with registered_for_the_test(recurring.every_minute, recurring.daily_in_paris):
+        yield recurring

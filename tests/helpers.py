@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -133,3 +136,39 @@ def wait_until_listening(timeout: float = 60) -> None:
             return cursor.fetchone()[0] > 0
 
     wait_until(listening, timeout=timeout)
+
+
+LOOKED = re.compile(r"schedules looked at (\S+): (\d+) due, (\d+) fired, (\d+) fired elsewhere")
+
+
+def schedule_looks(worker: WorkerProcess) -> list[tuple[datetime, int, int]]:
+    """(when, fired, fired elsewhere) of each look at the schedules a worker logged (``runjobs
+    -v 2``; when: the database's clock)."""
+    return [
+        (datetime.fromisoformat(m[1]), int(m[3]), int(m[4]))
+        for m in LOOKED.finditer(worker.output())
+    ]
+
+
+@contextmanager
+def registered_for_the_test(*definitions) -> Iterator[None]:
+    """Register these ``@job(cron=...)`` definitions for the ``with`` block only: a module of
+    recurring jobs left in the registry would have every later in-process worker of this test
+    process write (and fire) its schedules."""
+    from django_pgjobs import registry
+
+    for definition in definitions:
+        registry._add(definition)
+    try:
+        yield
+    finally:
+        for definition in definitions:
+            registry._REGISTRY.pop(definition.name, None)
+
+
+def unregister(*definitions) -> None:
+    """Take definitions out of the registry (at a test module's import; see above)."""
+    from django_pgjobs import registry
+
+    for definition in definitions:
+        registry._REGISTRY.pop(definition.name, None)

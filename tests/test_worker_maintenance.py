@@ -255,6 +255,7 @@ def test_a_worker_builds_its_units_from_its_options_and_the_settings(settings):
         "RegistryTouch",
         "Rescuer",
         "Pruner",
+        "Scheduler",
         "StatsLog",
     ]
     assert units["LeaseHeartbeat"].config == HeartbeatConfig(30)

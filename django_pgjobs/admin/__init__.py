@@ -1,4 +1,4 @@
-"""The operator's admin: jobs, dead letters, queues, workers and a dashboard.
+"""The operator's admin: jobs, dead letters, queues, workers, schedules and a dashboard.
 
 Pages and the permission each needs are listed in docs/reference/admin.md. Every change goes
 through ``django_pgjobs.operations``; see ``admin.base`` for the permission model.
@@ -6,16 +6,25 @@ through ``django_pgjobs.operations``; see ``admin.base`` for the permission mode
 
 from django.contrib import admin
 
-from ..models import Dashboard, DeadLetter, Job, QueueState, Worker
+from ..models import Dashboard, DeadLetter, Job, QueueState, Schedule, Worker
 from .dashboard import DashboardEntryAdmin
 from .dead_letters import DeadLetterAdmin
 from .jobs import JobAdmin
 from .queues import QueueStateAdmin, WorkerAdmin
+from .schedules import ScheduleAdmin
 
 admin.site.register(Job, JobAdmin)
 admin.site.register(DeadLetter, DeadLetterAdmin)
 admin.site.register(QueueState, QueueStateAdmin)
 admin.site.register(Worker, WorkerAdmin)
 admin.site.register(Dashboard, DashboardEntryAdmin)
+admin.site.register(Schedule, ScheduleAdmin)
 
-__all__ = ["DashboardEntryAdmin", "DeadLetterAdmin", "JobAdmin", "QueueStateAdmin", "WorkerAdmin"]
+__all__ = [
+    "DashboardEntryAdmin",
+    "DeadLetterAdmin",
+    "JobAdmin",
+    "QueueStateAdmin",
+    "ScheduleAdmin",
+    "WorkerAdmin",
+]

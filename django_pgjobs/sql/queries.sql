@@ -840,3 +840,100 @@ SELECT error_type AS name FROM types WHERE error_type IS NOT NULL;
 SELECT relname AS name, GREATEST(reltuples, 0)::bigint AS rows
 FROM pg_class
 WHERE relname IN ('pgjobs_job', 'pgjobs_deadletter') AND relkind = 'r';
+
+-- name: schedules_due
+-- The scheduler's look (django_pgjobs/schedules.py): the active schedules due at `now` (the
+-- database clock when NULL; a test's clock otherwise), oldest first, and on every row the clock
+-- and the next fire time of the others (when to look again). One row with NULL schedule columns
+-- when none is due. Served by pgjobs_schedule_due_idx.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, now()) AS db_now)
+SELECT clock.db_now,
+       (SELECT min(next_fire_at) FROM pgjobs_schedule
+        WHERE NOT paused AND next_fire_at > clock.db_now) AS next_wake,
+       s.id, s.name, s.job_name, s.cron, s.time_zone, s.args, s.kwargs, s.catch_up,
+       s.next_fire_at, s.changed_at
+FROM clock
+LEFT JOIN pgjobs_schedule AS s
+       ON NOT s.paused AND (s.next_fire_at IS NULL OR s.next_fire_at <= clock.db_now)
+ORDER BY s.next_fire_at NULLS FIRST, s.id
+LIMIT %(limit)s;
+
+-- name: fire_schedule
+-- Enqueue the job of one fire time of a schedule, in one statement: the fire row (unique per
+-- schedule and fire time) and the job are inserted together, so of several workers firing the
+-- same time one inserts both and the others nothing (ON CONFLICT DO NOTHING waits for the first
+-- to commit, then skips), and no crash between them can lose or double one. A scheduled fire
+-- (`manual` false) also needs the schedule active, unchanged since the worker read it
+-- (`changed_at`), and not past that time already (`next_fire_at`, only moved forward here), so
+-- a slow worker never fires a time again after its fire row was pruned. Run now (`manual`)
+-- needs none of that. Returns the job's id; no row: not fired.
+WITH schedule AS (
+    SELECT id FROM pgjobs_schedule
+    WHERE id = %(schedule_id)s
+      AND (%(manual)s OR (NOT paused AND changed_at = %(changed_at)s
+                          AND next_fire_at <= %(fire_time)s))
+),
+fire AS (
+    INSERT INTO pgjobs_schedule_fire (schedule_id, fire_time, job_id, manual, fired_at)
+    SELECT id, %(fire_time)s, nextval(pg_get_serial_sequence('pgjobs_job', 'id')), %(manual)s,
+           now()
+    FROM schedule
+    ON CONFLICT (schedule_id, fire_time) DO NOTHING
+    RETURNING schedule_id, job_id
+),
+job AS (
+    INSERT INTO pgjobs_job (id, name, queue, priority, args, kwargs, status, run_after, attempts,
+                            max_attempts, created_at, worker, errors, keep_result)
+    SELECT fire.job_id, %(name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb,
+           'ready', now(), 0, %(max_attempts)s, now(), '', '[]'::jsonb, %(keep_result)s::boolean
+    FROM fire
+    RETURNING id, queue
+),
+marked AS (
+    UPDATE pgjobs_schedule AS s
+    SET last_fire_at = %(fire_time)s, last_job_id = job.id,
+        next_fire_at = CASE WHEN %(manual)s THEN s.next_fire_at
+                            ELSE GREATEST(s.next_fire_at, %(next_fire)s::timestamptz) END
+    FROM job
+    WHERE s.id = %(schedule_id)s
+    RETURNING s.id
+)
+SELECT job.id AS job_id,
+       CASE WHEN %(notify)s THEN pg_notify('pgjobs', job.queue) END IS NULL AS _notified
+FROM job, (SELECT count(*) FROM marked) AS m;
+
+-- name: advance_schedule
+-- Move a schedule's next fire time without firing (its first one; missed times skipped), if
+-- no other worker or operator changed it since it was read.
+UPDATE pgjobs_schedule
+SET next_fire_at = %(next_fire)s
+WHERE id = %(schedule_id)s AND changed_at = %(changed_at)s
+  AND next_fire_at IS NOT DISTINCT FROM %(expected)s::timestamptz;
+
+-- name: sync_schedule
+-- Write a schedule declared in code (@job(cron=...)) as its row: inserted, or updated when its
+-- definition changed (its next fire time recomputed, its pause kept). A schedule of that name
+-- added in the admin is left alone. Returns 'inserted' or 'updated'; no row: nothing to do.
+INSERT INTO pgjobs_schedule (name, job_name, cron, time_zone, args, kwargs, catch_up, paused,
+                             source, next_fire_at, changed_at)
+VALUES (%(name)s, %(name)s, %(cron)s, %(time_zone)s, %(args)s::jsonb, %(kwargs)s::jsonb,
+        %(catch_up)s, false, 'code', %(next_fire)s, now())
+ON CONFLICT (name) DO UPDATE
+SET job_name = EXCLUDED.job_name, cron = EXCLUDED.cron, time_zone = EXCLUDED.time_zone,
+    args = EXCLUDED.args, kwargs = EXCLUDED.kwargs, catch_up = EXCLUDED.catch_up,
+    next_fire_at = EXCLUDED.next_fire_at, changed_at = now()
+WHERE pgjobs_schedule.source = 'code'
+  AND (pgjobs_schedule.job_name, pgjobs_schedule.cron, pgjobs_schedule.time_zone,
+       pgjobs_schedule.args, pgjobs_schedule.kwargs, pgjobs_schedule.catch_up)
+      IS DISTINCT FROM
+      (EXCLUDED.job_name, EXCLUDED.cron, EXCLUDED.time_zone, EXCLUDED.args, EXCLUDED.kwargs,
+       EXCLUDED.catch_up)
+RETURNING CASE WHEN xmax = 0 THEN 'inserted' ELSE 'updated' END AS what;
+
+-- name: prune_schedule_fires
+-- Delete fire rows older than `keep_seconds` (at most `limit`): a scheduled fire needs the
+-- schedule's next fire time at or before it, so an old time cannot fire again without its row.
+DELETE FROM pgjobs_schedule_fire
+WHERE id IN (SELECT id FROM pgjobs_schedule_fire
+             WHERE fired_at < now() - make_interval(secs => %(keep_seconds)s)
+             LIMIT %(limit)s);

@@ -49,6 +49,7 @@ from .maintenance import (
 )
 from .options import WorkerOptions, new_worker_id
 from .outcomes import WAKE, Failed, HandBack, Inbox, Stats, Succeeded, Superseded, one_line, send
+from .scheduler import Scheduler, SchedulerConfig
 from .shutdown import Shutdown
 from .slots import Slots
 from .starts import PendingStarts
@@ -170,6 +171,7 @@ class Worker:
                     keep_results_seconds=o.keep_results,
                 ),
             ),
+            Scheduler(db, SchedulerConfig(misfire_grace_seconds=o.misfire_grace)),
             StatsLog(StatsLogConfig(o.stats_interval), self.state.stats),
         ]
 

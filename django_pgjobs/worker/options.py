@@ -52,6 +52,7 @@ class WorkerOptions:
     max_result_bytes: int
     unknown_job_grace: float
     release: str
+    misfire_grace: float
 
     @classmethod
     def build(
@@ -106,6 +107,7 @@ class WorkerOptions:
             max_result_bytes=config.MAX_PAYLOAD_BYTES,
             unknown_job_grace=config.UNKNOWN_JOB_GRACE_SECONDS,
             release=config.RELEASE,
+            misfire_grace=config.SCHEDULE_MISFIRE_GRACE_SECONDS,
         )
 
     @property

@@ -1,0 +1,233 @@
+"""Recurring jobs in the admin: schedules added, edited, paused, resumed and run now.
+
+Unlike the queue's rows, schedules are the operator's own data: they are edited with the usual
+add and change forms (``add_schedule`` / ``change_schedule``). Pause, resume and run now are
+actions (POST with CSRF, ``change_schedule``). A schedule declared in code (``@job(cron=...)``)
+keeps its definition from the code: only pausing, resuming and running it now apply. A schedule
+whose job is no longer registered is kept and marked (system check ``pgjobs.W002``).
+"""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+from django.db import transaction
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+
+from .. import cron, registry, schedules
+from ..conf import get_config
+from ..models import DeadLetter, Job, Schedule, ScheduleFire
+from . import display
+from .base import CappedChangeList, CappedPaginator, plural
+
+DEFINITION = ("job_name", "cron", "time_zone", "args", "kwargs", "catch_up")
+#: Fires shown on a schedule's page.
+RECENT_FIRES = 20
+
+
+class ScheduleForm(forms.ModelForm):
+    job_name = forms.ChoiceField(help_text="A registered job.")
+
+    class Meta:
+        model = Schedule
+        fields = ("name", "paused", *DEFINITION)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "job_name" not in self.fields:
+            return
+        names = sorted(registry.registered())
+        current = self.instance.job_name
+        choices = [(name, name) for name in names]
+        if current and current not in names:
+            choices.insert(0, (current, f"{current} (not registered)"))
+        self.fields["job_name"].choices = choices
+
+    def clean_cron(self):
+        value = self.cleaned_data["cron"]
+        try:
+            cron.fields_of(value)
+        except ValueError as error:
+            raise forms.ValidationError(str(error)) from None
+        return " ".join(value.split())
+
+    def clean_time_zone(self):
+        value = self.cleaned_data["time_zone"].strip()
+        if value:
+            try:
+                cron.zone(value)
+            except ValueError as error:
+                raise forms.ValidationError(str(error)) from None
+        return value
+
+    def clean(self):
+        data = super().clean()
+        args, kwargs = data.get("args"), data.get("kwargs")
+        if "args" in data and not isinstance(args, list):
+            self.add_error("args", 'A JSON array, e.g. [1, "a"].')
+        if "kwargs" in data and not isinstance(kwargs, dict):
+            self.add_error("kwargs", 'A JSON object, e.g. {"days": 7}.')
+        name = data.get("job_name")
+        if name in registry.registered() and isinstance(args, list) and isinstance(kwargs, dict):
+            try:
+                registry.get(name).check_arguments(args, kwargs)
+            except TypeError as error:
+                self.add_error(None, f"The arguments do not fit {name}: {error}")
+        return data
+
+
+class ScheduleAdmin(admin.ModelAdmin):
+    """Schedules: what runs when, the next and last run, the last outcome."""
+
+    form = ScheduleForm
+    paginator = CappedPaginator
+    show_full_result_count = False
+    list_display = (
+        "name",
+        "job",
+        "cron",
+        "zone",
+        "active",
+        "next_run",
+        "last_run",
+        "last_outcome",
+    )
+    list_filter = ("paused", "source")
+    search_fields = ("name", "job_name")
+    actions = ("pause", "resume", "run_now")
+    readonly_fields = ("source", "next_run", "last_run", "last_outcome", "recent_fires")
+
+    def get_changelist(self, request, **kwargs):
+        return CappedChangeList  # paged as the other lists; a NUL in a lookup lists nothing
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).using(get_config().DATABASE)
+
+    def get_readonly_fields(self, request, obj=None):
+        fields = list(super().get_readonly_fields(request, obj))
+        if obj is not None and obj.source == "code":
+            fields += DEFINITION  # the code owns them: changed there, synced at worker start
+        return fields
+
+    def get_fields(self, request, obj=None):
+        fields = ["name", "paused", *DEFINITION]
+        if obj is not None:
+            fields += ["source", "next_run", "last_run", "last_outcome", "recent_fires"]
+        return fields
+
+    def save_model(self, request, obj, form, change):
+        changed = not change or any(name in form.changed_data for name in (*DEFINITION, "paused"))
+        if changed:
+            obj.changed_at = timezone.now()
+            obj.next_fire_at = schedules.first_fire(obj.cron, obj.time_zone)
+        obj.save(using=get_config().DATABASE)
+
+    # -- columns --------------------------------------------------------------------------------
+
+    @admin.display(description="job", ordering="job_name")
+    def job(self, obj):
+        if obj.job_name in registry.registered():
+            return display.short_name(obj.job_name)
+        return format_html(
+            '<span class="errornote" title="pgjobs.W002">{} (job not registered: fires '
+            "nothing)</span>",
+            obj.job_name,
+        )
+
+    @admin.display(description="time zone")
+    def zone(self, obj):
+        return schedules.time_zone_of(obj.time_zone)
+
+    @admin.display(description="active", boolean=True, ordering="paused")
+    def active(self, obj):
+        return not obj.paused
+
+    @admin.display(description="next run", ordering="next_fire_at")
+    def next_run(self, obj):
+        return "paused" if obj.paused else display.when(obj.next_fire_at)
+
+    @admin.display(description="last run", ordering="last_fire_at")
+    def last_run(self, obj):
+        return display.when(obj.last_fire_at)
+
+    @admin.display(description="last outcome")
+    def last_outcome(self, obj):
+        if obj.last_job_id is None:
+            return "-"
+        return self._outcomes([obj.last_job_id])[obj.last_job_id]
+
+    @admin.display(description="recent runs (the jobs it produced)")
+    def recent_fires(self, obj):
+        fires = list(
+            ScheduleFire.objects.using(get_config().DATABASE).filter(schedule=obj)[:RECENT_FIRES]
+        )
+        if not fires:
+            return "none yet"
+        outcomes = self._outcomes([fire.job_id for fire in fires])
+        return format_html(
+            "<ul>{}</ul>",
+            format_html_join(
+                "",
+                "<li>{} {}: {}</li>",
+                (
+                    (display.when(f.fire_time), "(run now)" if f.manual else "", outcomes[f.job_id])
+                    for f in fires
+                ),
+            ),
+        )
+
+    def _outcomes(self, job_ids: list[int]):
+        """Per job id: a link to the job while it waits or runs, to its dead letter if it
+        failed for good, else "finished" (a successful job is deleted unless kept)."""
+        alias = get_config().DATABASE
+        jobs = dict(Job.objects.using(alias).filter(id__in=job_ids).values_list("id", "status"))
+        dead = dict(
+            DeadLetter.objects.using(alias).filter(job_id__in=job_ids).values_list("job_id", "id")
+        )
+        outcomes = {}
+        for job_id in job_ids:
+            if job_id in jobs:
+                url = reverse("admin:django_pgjobs_job_change", args=[job_id])
+                outcomes[job_id] = format_html(
+                    '<a href="{}">job #{}: {}</a>', url, job_id, jobs[job_id]
+                )
+            elif job_id in dead:
+                url = reverse("admin:django_pgjobs_deadletter_change", args=[dead[job_id]])
+                outcomes[job_id] = format_html(
+                    '<a href="{}">job #{}: dead-lettered</a>', url, job_id
+                )
+            else:
+                outcomes[job_id] = format_html("job #{}: finished", job_id)
+        return outcomes
+
+    # -- actions --------------------------------------------------------------------------------
+
+    @admin.action(description="Pause selected schedules", permissions=["change"])
+    def pause(self, request, queryset):
+        count = queryset.filter(paused=False).update(paused=True, changed_at=timezone.now())
+        messages.success(request, f"Paused {plural(count, 'schedule')}.")
+
+    @admin.action(description="Resume selected schedules", permissions=["change"])
+    def resume(self, request, queryset):
+        count = 0
+        with transaction.atomic(using=get_config().DATABASE):
+            for row in queryset.select_for_update().filter(paused=True):
+                row.paused, row.changed_at = False, timezone.now()
+                row.next_fire_at = schedules.first_fire(row.cron, row.time_zone)  # none missed
+                row.save(update_fields=["paused", "changed_at", "next_fire_at"])
+                count += 1
+        messages.success(request, f"Resumed {plural(count, 'schedule')}.")
+
+    @admin.action(description="Run selected schedules now", permissions=["change"])
+    def run_now(self, request, queryset):
+        connection = schedules.jobs_connection()
+        for row in queryset:
+            try:
+                definition = registry.get(row.job_name)
+            except registry.UnknownJobError:
+                messages.error(request, f"{row.name}: job {row.job_name} is not registered.")
+                continue
+            job_id = schedules.run_now(connection, row, definition)
+            messages.success(request, f"Ran {row.name} now: job #{job_id}.")

@@ -1,0 +1,144 @@
+"""Recurring jobs: the schedule rows (``models.Schedule``) and the statements that fire them.
+
+Each fire time enqueues its job once whichever workers try: ``fire_schedule`` inserts the fire
+row (unique per schedule and fire time) and the job in one statement (invariant 17). Any worker
+may fire; none leads. The worker's ``Scheduler`` unit (``worker/scheduler.py``) calls
+``due()``, ``cron.plan()`` and ``fire()``; the admin's "run now" calls ``run_now()``; a worker
+starting calls ``sync_declared()`` for the schedules declared with ``@job(cron=...)``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.utils import timezone
+
+from . import cron, db
+from .conf import get_config
+from .sql import query
+
+logger = logging.getLogger("django_pgjobs.worker")
+
+Connection = BaseDatabaseWrapper
+
+
+def time_zone_of(name: str) -> str:
+    """A schedule's time zone: its own, or the project's ``TIME_ZONE`` when empty."""
+    return name or timezone.get_default_timezone_name()
+
+
+def first_fire(expression: str, time_zone: str, now: dt.datetime | None = None) -> dt.datetime:
+    """The first fire time after ``now`` of a new or changed schedule."""
+    return cron.next_after(expression, time_zone_of(time_zone), now or timezone.now())
+
+
+class Due(NamedTuple):
+    """What ``due()`` found: the clock it used, the schedules due, the next fire time of the
+    others (None: no other active schedule)."""
+
+    now: dt.datetime
+    schedules: list[dict[str, Any]]
+    next_wake: dt.datetime | None
+
+
+def due(connection: Connection, now: dt.datetime | None = None, limit: int = 100) -> Due:
+    rows = db.execute(connection, "schedules_due", {"now": now, "limit": limit})
+    first = rows[0]
+    schedules = [row for row in rows if row["id"] is not None]
+    return Due(first["db_now"], schedules, first["next_wake"])
+
+
+def fire(
+    connection: Connection,
+    schedule: dict[str, Any],
+    definition: Any,
+    fire_time: dt.datetime,
+    next_fire: dt.datetime | None,
+    manual: bool = False,
+) -> int | None:
+    """Enqueue ``definition`` (a ``JobDefinition``) for one fire time; the job's id, or None
+    when that time was fired already (or the schedule changed or was paused meanwhile)."""
+    rows = db.execute(
+        connection,
+        "fire_schedule",
+        {
+            "schedule_id": schedule["id"],
+            "changed_at": schedule.get("changed_at"),
+            "fire_time": fire_time,
+            "next_fire": next_fire,
+            "manual": manual,
+            "name": definition.name,
+            "queue": definition.get_queue(),
+            "priority": definition.priority,
+            "args": json.dumps(schedule["args"]),
+            "kwargs": json.dumps(schedule["kwargs"]),
+            "max_attempts": definition.get_max_attempts(),
+            "keep_result": definition.keep_result,
+            "notify": get_config().LISTEN_NOTIFY,
+        },
+    )
+    return rows[0]["job_id"] if rows else None
+
+
+def advance(connection: Connection, schedule: dict[str, Any], next_fire: dt.datetime) -> bool:
+    """Move the next fire time without firing; False when someone changed it first."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            query("advance_schedule"),
+            {
+                "schedule_id": schedule["id"],
+                "changed_at": schedule["changed_at"],
+                "expected": schedule["next_fire_at"],
+                "next_fire": next_fire,
+            },
+        )
+        return cursor.rowcount == 1
+
+
+def jobs_connection() -> Connection:
+    return db.jobs_connection()
+
+
+def run_now(connection: Connection, schedule, definition: Any) -> int:
+    """Enqueue a schedule's job now (the admin's "run now"), paused or not; the job's id."""
+    row = {"id": schedule.pk, "args": schedule.args, "kwargs": schedule.kwargs}
+    job_id = fire(connection, row, definition, timezone.now(), None, manual=True)
+    if job_id is None:  # the same microsecond as another run now
+        raise RuntimeError(f"schedule {schedule.name!r} was run now twice at once")
+    return job_id
+
+
+def sync_declared(connection: Connection, definitions: Iterable[Any]) -> dict[str, int]:
+    """Write each ``@job(cron=...)`` as its schedule row; counts of inserted and updated."""
+    counts = {"inserted": 0, "updated": 0}
+    for definition in definitions:
+        declared = definition.cron
+        rows = db.execute(
+            connection,
+            "sync_schedule",
+            {
+                "name": definition.name,
+                "cron": declared.expression,
+                "time_zone": declared.time_zone or "",
+                "args": json.dumps(list(declared.args)),
+                "kwargs": json.dumps(declared.kwargs),
+                "catch_up": declared.catch_up,
+                "next_fire": first_fire(declared.expression, declared.time_zone or ""),
+            },
+        )
+        for row in rows:
+            counts[row["what"]] += 1
+    return counts
+
+
+def prune_fires(connection: Connection, keep_seconds: float, limit: int = 10_000) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            query("prune_schedule_fires"), {"keep_seconds": keep_seconds, "limit": limit}
+        )
+        return cursor.rowcount

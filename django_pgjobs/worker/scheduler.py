@@ -1,0 +1,167 @@
+"""The scheduler: the maintenance unit that fires recurring jobs (``schedules.py``).
+
+Every worker runs one; none leads. Each run looks once at the schedules due (one statement,
+served by a partial index), fires each due time with one statement that inserts the fire row and
+the job together (unique per schedule and fire time: a time another worker fired inserts
+nothing), and says when to look again: at the next fire time, or after ``check_seconds`` at the
+latest (for schedules added or changed in the admin). An idle worker thus runs one cheap
+statement every ``check_seconds``. At start it also writes the schedules declared in code
+(``@job(cron=...)``) as rows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .. import cron, registry, schedules
+from .faults import DispatcherDatabase
+from .maintenance import MaintenanceUnit
+
+logger = logging.getLogger("django_pgjobs.worker")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    check_seconds: float = 10.0  # longest wait between two looks
+    misfire_grace_seconds: float = 60.0  # SCHEDULE_MISFIRE_GRACE_SECONDS
+    keep_fires_seconds: float = 7 * 24 * 3600.0  # fire rows (the admin's history) kept
+    prune_every_seconds: float = 3600.0
+    limit: int = 100  # most schedules handled per look
+
+
+@dataclass(frozen=True)
+class SchedulerCounts:
+    fired: int = 0  # jobs enqueued
+    taken: int = 0  # fire times another worker had fired (or the schedule changed meanwhile)
+    skipped: int = 0  # missed fire times left out by their schedule's catch_up
+    unknown: int = 0  # due schedules whose job this worker does not know
+    invalid: int = 0  # due schedules whose expression or time zone cannot be read (hand-made)
+    synced: int = 0  # schedules declared in code written as rows (inserted or changed)
+
+
+class Scheduler(MaintenanceUnit):
+    """Fires the due schedules. ``clock``: the time to plan with (tests); None: the database's
+    clock, read by the same statement that finds the due schedules."""
+
+    def __init__(
+        self,
+        db: DispatcherDatabase,
+        config: SchedulerConfig,
+        clock: Callable[[], dt.datetime] | None = None,
+    ) -> None:
+        self.db, self.config, self.clock = db, config, clock
+        self.synced = False
+        self.warned: set[int] = set()  # schedules whose unknown job or bad row was logged
+        self.pruned_at = float("-inf")
+        self.next_wake: dt.datetime | None = None  # the next fire time seen by the last look
+        self.last_now: dt.datetime | None = None  # the clock of the last look
+        self.more_due = False  # the last look found ``limit`` due schedules: look again at once
+        super().__init__()
+
+    def first_delay(self) -> float:
+        return 0.0
+
+    def interval(self) -> float:
+        return self.config.check_seconds
+
+    def run_if_due(self, now: float) -> None:
+        if now >= self.next_due:
+            self.run_once()
+            self.next_due = now + self.wait_seconds()
+
+    def wait_seconds(self) -> float:
+        """Until the next fire time the last look saw, at most ``check_seconds``."""
+        wait = self.config.check_seconds
+        if self.more_due:
+            return 0.0
+        if self.next_wake is not None and self.last_now is not None:
+            wait = min(wait, max(0.0, (self.next_wake - self.last_now).total_seconds()))
+        return wait
+
+    def run_once(self) -> SchedulerCounts:
+        connection = self.db.connection()
+        synced = 0
+        if not self.synced:
+            declared = [d for d in registry.registered().values() if d.cron is not None]
+            synced = sum(schedules.sync_declared(connection, declared).values())
+            self.synced = True
+        found = schedules.due(connection, self.clock() if self.clock else None, self.config.limit)
+        self.last_now, self.next_wake = found.now, found.next_wake
+        self.more_due = len(found.schedules) >= self.config.limit
+        counts = [self._handle_readable(row, found.now) for row in found.schedules]
+        self._maybe_prune()
+        result = SchedulerCounts(*(sum(c[i] for c in counts) for i in range(5)), synced=synced)
+        if logger.isEnabledFor(logging.DEBUG):  # runjobs -v 2
+            logger.debug(
+                "schedules looked at %s: %d due, %d fired, %d fired elsewhere",
+                found.now.isoformat(),
+                len(found.schedules),
+                result.fired,
+                result.taken,
+            )
+        return result
+
+    def _handle_readable(self, row: dict, now: dt.datetime) -> tuple[int, ...]:
+        """``_handle``, and (0, 0, 0, 0, 1) for a row the admin and ``@job`` would have refused
+        (written by hand): logged once, the other schedules still fire."""
+        try:
+            return (*self._handle(row, now), 0)
+        except (ValueError, RuntimeError, StopIteration) as error:
+            self._warn_once(row, "cannot be read (%s): not fired", error)
+            return 0, 0, 0, 0, 1
+
+    def _warn_once(self, row: dict, message: str, *args) -> None:
+        if row["id"] not in self.warned:
+            self.warned.add(row["id"])
+            logger.warning("schedule %r " + message, row["name"], *args)
+
+    def _handle(self, row: dict, now: dt.datetime) -> tuple[int, int, int, int]:
+        """(fired, taken, skipped, unknown) for one due schedule."""
+        connection = self.db.connection()
+        try:
+            definition = registry.get(row["job_name"])
+        except registry.UnknownJobError:
+            message = "names job %r, which this worker does not know: not fired (pgjobs.W002)"
+            self._warn_once(row, message, row["job_name"])
+            return 0, 0, 0, 1
+        time_zone = schedules.time_zone_of(row["time_zone"])
+        if row["next_fire_at"] is None:  # a row written by hand: start from now
+            schedules.advance(connection, row, cron.next_after(row["cron"], time_zone, now))
+            return 0, 0, 0, 0
+        plan = cron.plan(
+            row["cron"],
+            time_zone,
+            row["next_fire_at"],
+            now,
+            row["catch_up"],
+            self.config.misfire_grace_seconds,
+        )
+        if plan.skipped:
+            logger.warning(
+                "schedule %r: %d fire time(s) missed while no worker ran were skipped "
+                "(catch_up=%d)",
+                row["name"],
+                plan.skipped,
+                row["catch_up"],
+            )
+        if self.next_wake is None or plan.next_fire < self.next_wake:
+            self.next_wake = plan.next_fire
+        if not plan.fire:
+            schedules.advance(connection, row, plan.next_fire)
+            return 0, 0, plan.skipped, 0
+        fired = 0
+        for index, fire_time in enumerate(plan.fire):
+            following = plan.fire[index + 1] if index + 1 < len(plan.fire) else plan.next_fire
+            if schedules.fire(connection, row, definition, fire_time, following) is not None:
+                fired += 1
+        return fired, len(plan.fire) - fired, plan.skipped, 0
+
+    def _maybe_prune(self) -> None:
+        config, now = self.config, time.monotonic()
+        if now - self.pruned_at >= config.prune_every_seconds:
+            schedules.prune_fires(self.db.connection(), config.keep_fires_seconds)
+            self.pruned_at = now

@@ -1,0 +1,300 @@
+"""The scheduler unit (django_pgjobs/worker/scheduler.py) driven by an injected clock against
+the test database: many fire times in seconds, several schedulers at once on connections of
+their own, the misfire policy, time zones across daylight-saving changes. No ``Worker`` is built;
+tests/test_schedules_processes.py runs real workers."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from zoneinfo import ZoneInfo
+
+import pytest
+from django.db import connections
+
+from django_pgjobs import schedules
+from django_pgjobs.models import Job, Schedule, ScheduleFire
+from django_pgjobs.worker.faults import DispatcherDatabase
+from django_pgjobs.worker.scheduler import Scheduler, SchedulerConfig, SchedulerCounts
+from django_pgjobs.worker.stopping import StopState
+from testproject.demo import jobs as demo
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+UTC = dt.timezone.utc
+PARIS = ZoneInfo("Europe/Paris")
+RECORD = demo.record.name
+
+
+class Clock:
+    def __init__(self, start: dt.datetime) -> None:
+        self.now = start
+
+    def __call__(self) -> dt.datetime:
+        return self.now
+
+
+def scheduler(clock: Clock, alias: str = "default", **config) -> Scheduler:
+    return Scheduler(
+        DispatcherDatabase(alias, StopState(grace=0)), SchedulerConfig(**config), clock
+    )
+
+
+def schedule(cron: str, start: dt.datetime, **fields) -> Schedule:
+    """A schedule added as an operator does, its first fire time computed at ``start``."""
+    fields.setdefault("args", ["tick"])
+    row = Schedule(name=fields.pop("name", cron), job_name=RECORD, cron=cron, **fields)
+    row.next_fire_at = schedules.first_fire(cron, row.time_zone, start)
+    row.save()
+    return row
+
+
+def fire_times(row: Schedule) -> list[dt.datetime]:
+    return list(
+        ScheduleFire.objects.filter(schedule=row)
+        .order_by("fire_time")
+        .values_list("fire_time", flat=True)
+    )
+
+
+def minutes(start: dt.datetime, count: int, step: int = 1) -> list[dt.datetime]:
+    return [start + dt.timedelta(minutes=step * i) for i in range(count)]
+
+
+def test_each_fire_time_is_enqueued_once_by_three_schedulers_at_once():
+    """Three schedulers, each on a thread and connection of its own, look at the same instants
+    (as workers whose timers all wake at the fire time do) for 120 fire times: each fires once."""
+    start = dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC)
+    row = schedule("* * * * *", start)
+    barrier = threading.Barrier(3)
+    results: list[SchedulerCounts] = []
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        clock = Clock(start)
+        unit = scheduler(clock)
+        try:
+            for step in range(1, 121):
+                clock.now = start + dt.timedelta(minutes=step, seconds=-30)  # hh:mm:00
+                barrier.wait(timeout=30)
+                results.append(unit.run_once())
+        except BaseException as error:  # reported by the test
+            errors.append(error)
+            barrier.abort()
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+
+    assert not errors
+    expected = minutes(dt.datetime(2026, 1, 5, 9, 1, tzinfo=UTC), 120)
+    assert fire_times(row) == expected
+    assert Job.objects.filter(name=RECORD).count() == 120
+    assert sum(r.fired for r in results) == 120
+    row.refresh_from_db()
+    assert row.next_fire_at == expected[-1] + dt.timedelta(minutes=1)
+
+
+@pytest.mark.parametrize(
+    ("catch_up", "fired"),
+    [
+        (0, []),
+        (1, [dt.datetime(2026, 1, 5, 12, 0, tzinfo=UTC)]),
+        (3, minutes(dt.datetime(2026, 1, 5, 10, 0, tzinfo=UTC), 3, 60)),
+    ],
+)
+def test_missed_fire_times_follow_the_catch_up_policy(catch_up, fired):
+    """No worker ran from 08:30 to 12:20 (an hourly schedule missed 09:00 .. 12:00): catch_up=0
+    skips them, 1 (the default) runs 12:00 once, 3 runs 10:00, 11:00 and 12:00; the next fire
+    time is 13:00 either way."""
+    row = schedule("@hourly", dt.datetime(2026, 1, 5, 8, 30, tzinfo=UTC), catch_up=catch_up)
+    counts = scheduler(Clock(dt.datetime(2026, 1, 5, 12, 20, tzinfo=UTC))).run_once()
+
+    assert fire_times(row) == fired
+    assert counts.fired == len(fired) and counts.skipped == 4 - len(fired)
+    row.refresh_from_db()
+    assert row.next_fire_at == dt.datetime(2026, 1, 5, 13, 0, tzinfo=UTC)
+
+
+def run_until(unit: Scheduler, clock: Clock, end: dt.datetime) -> None:
+    """Look, then move the clock to the next fire time the look saw, until ``end``."""
+    while True:
+        unit.run_once()
+        if unit.next_wake is None or unit.next_wake > end:
+            return
+        clock.now = unit.next_wake
+
+
+def paris(*fields: int, fold: int = 0) -> dt.datetime:
+    return dt.datetime(*fields, tzinfo=PARIS, fold=fold).astimezone(UTC)
+
+
+def test_a_daily_schedule_in_paris_across_both_daylight_saving_changes():
+    """02:30 every day, Paris time: on 29 March 2026 02:30 does not exist (02:00 -> 03:00), so it
+    fires at 03:00; on 25 October 02:30 happens twice (03:00 -> 02:00), it fires once, the first
+    time. The other days: 02:30 local, whatever the offset."""
+    for first, last, expected in [
+        (
+            dt.datetime(2026, 3, 27, 12, tzinfo=UTC),
+            dt.datetime(2026, 3, 31, tzinfo=UTC),
+            [paris(2026, 3, 28, 2, 30), paris(2026, 3, 29, 3, 0), paris(2026, 3, 30, 2, 30)],
+        ),
+        (
+            dt.datetime(2026, 10, 23, 12, tzinfo=UTC),
+            dt.datetime(2026, 10, 27, tzinfo=UTC),
+            [paris(2026, 10, 24, 2, 30), paris(2026, 10, 25, 2, 30), paris(2026, 10, 26, 2, 30)],
+        ),
+    ]:
+        row = schedule("30 2 * * *", first, name=f"paris {first:%m}", time_zone="Europe/Paris")
+        clock = Clock(first)
+        run_until(scheduler(clock), clock, last)
+        assert fire_times(row) == expected
+    assert paris(2026, 3, 29, 3, 0) == dt.datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
+    assert paris(2026, 10, 25, 2, 30) == dt.datetime(2026, 10, 25, 0, 30, tzinfo=UTC)
+
+
+def test_an_every_half_hour_schedule_in_paris_follows_real_time_across_the_changes():
+    """Every 30 minutes, Paris time: none in the hour that does not exist, both passes of the
+    hour that happens twice; always 30 real minutes apart."""
+    spring = dt.datetime(2026, 3, 28, 22, 50, tzinfo=UTC)  # 23:50 Paris
+    autumn = dt.datetime(2026, 10, 24, 21, 50, tzinfo=UTC)  # 23:50 Paris
+    for first, hours in ((spring, 3), (autumn, 5)):
+        row = schedule(
+            "*/30 * * * *", first, name=f"half hour {first:%m}", time_zone="Europe/Paris"
+        )
+        clock = Clock(first)
+        midnight = first + dt.timedelta(minutes=10)
+        run_until(scheduler(clock), clock, midnight + dt.timedelta(hours=hours))
+        assert fire_times(row) == minutes(midnight, 2 * hours + 1, 30)
+    assert [t.astimezone(PARIS).strftime("%H:%M%z") for t in fire_times(row)][4:8] == [
+        "02:00+0200",
+        "02:30+0200",
+        "02:00+0100",
+        "02:30+0100",
+    ]
+
+
+def test_a_paused_schedule_fires_nothing_and_resumes_from_the_next_fire_time():
+    start = dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC)
+    row = schedule("* * * * *", start, paused=True)
+    clock = Clock(start + dt.timedelta(minutes=5))
+    assert scheduler(clock).run_once() == SchedulerCounts()
+    assert fire_times(row) == []
+
+    # a pause taken between a worker's look and its fire: the fire statement checks again
+    unit = scheduler(clock)
+    Schedule.objects.filter(pk=row.pk).update(paused=False)
+    found = schedules.due(connections["default"], clock.now)
+    (due,) = found.schedules
+    Schedule.objects.filter(pk=row.pk).update(paused=True)
+    assert schedules.fire(connections["default"], due, demo.record, clock.now, None) is None
+    assert fire_times(row) == []
+    del unit
+
+
+def test_a_schedule_changed_after_a_look_is_not_fired_with_the_old_definition():
+    start = dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC)
+    row = schedule("* * * * *", start)
+    now = start + dt.timedelta(seconds=30)
+    (due,) = schedules.due(connections["default"], now).schedules
+    Schedule.objects.filter(pk=row.pk).update(cron="0 0 * * *", changed_at=now)
+    assert schedules.fire(connections["default"], due, demo.record, now, None) is None
+
+
+def test_a_fire_time_already_passed_is_not_fired_again_after_its_row_is_pruned():
+    start = dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC)
+    row = schedule("* * * * *", start)
+    clock = Clock(start + dt.timedelta(seconds=30))
+    (stale,) = schedules.due(connections["default"], clock.now).schedules
+    assert scheduler(clock).run_once().fired == 1
+    ScheduleFire.objects.all().delete()  # pruned
+
+    fire_time = stale["next_fire_at"]
+    assert schedules.fire(connections["default"], stale, demo.record, fire_time, None) is None
+    assert Job.objects.count() == 1
+    del row
+
+
+def test_the_schedules_declared_in_code_are_written_as_rows_once(declared):
+    unit = scheduler(Clock(dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC)))
+    assert unit.run_once().synced == 2
+    rows = {row.name: row for row in Schedule.objects.all()}
+    minute = rows[declared.every_minute.name]
+    paris_row = rows[declared.daily_in_paris.name]
+    assert (minute.cron, minute.source, minute.catch_up, minute.time_zone) == (
+        "* * * * *",
+        "code",
+        1,
+        "",
+    )
+    assert (paris_row.cron, paris_row.args, paris_row.time_zone, paris_row.catch_up) == (
+        "@daily",
+        ["daily in Paris"],
+        "Europe/Paris",
+        0,
+    )
+    # another worker starting: nothing to write; an operator's pause is kept
+    Schedule.objects.filter(name=minute.name).update(paused=True)
+    assert scheduler(Clock(dt.datetime(2026, 1, 5, 9, 1, tzinfo=UTC))).run_once().synced == 0
+    assert Schedule.objects.get(name=minute.name).paused
+
+
+def test_a_schedule_added_in_the_admin_is_not_overwritten_by_a_declared_one(declared):
+    Schedule.objects.create(
+        name=declared.every_minute.name, job_name=RECORD, cron="@hourly", args=["mine"]
+    )
+    assert scheduler(Clock(dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC))).run_once().synced == 1
+    row = Schedule.objects.get(name=declared.every_minute.name)
+    assert (row.cron, row.source, row.args) == ("@hourly", "admin", ["mine"])
+
+
+def test_a_due_schedule_whose_job_is_unknown_is_kept_and_logged(caplog):
+    start = dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC)
+    row = schedule("* * * * *", start, name="gone")
+    Schedule.objects.filter(pk=row.pk).update(job_name="myapp.jobs.removed")
+    unit = scheduler(Clock(start + dt.timedelta(minutes=1)))
+    assert unit.run_once().unknown == 1
+    assert unit.run_once().unknown == 1
+    assert caplog.text.count("names job 'myapp.jobs.removed', which this worker does not") == 1
+    assert Schedule.objects.filter(pk=row.pk).exists() and fire_times(row) == []
+
+
+def test_a_row_written_without_its_next_fire_time_starts_at_the_next_one():
+    row = Schedule.objects.create(name="by hand", job_name=RECORD, cron="@hourly", args=["x"])
+    assert scheduler(Clock(dt.datetime(2026, 1, 5, 9, 20, tzinfo=UTC))).run_once().fired == 0
+    row.refresh_from_db()
+    assert row.next_fire_at == dt.datetime(2026, 1, 5, 10, 0, tzinfo=UTC)
+    assert fire_times(row) == []
+
+
+def test_a_hand_made_row_that_cannot_be_read_is_logged_and_the_others_still_fire(caplog):
+    start = dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC)
+    good = schedule("* * * * *", start, name="good")
+    for name, fields in (("bad cron", {"cron": "every day"}), ("bad zone", {"time_zone": "X/Y"})):
+        Schedule.objects.create(
+            name=name,
+            job_name=RECORD,
+            next_fire_at=good.next_fire_at,
+            **{"cron": "@daily", **fields},
+        )
+    unit = scheduler(Clock(start + dt.timedelta(minutes=1)))
+    counts = unit.run_once()
+    assert (counts.fired, counts.invalid) == (1, 2)
+    assert (
+        "schedule 'bad cron' cannot be read (cron 'every day' must have five fields" in caplog.text
+    )
+    assert "schedule 'bad zone' cannot be read (unknown time zone 'X/Y')" in caplog.text
+    assert fire_times(good) == [dt.datetime(2026, 1, 5, 9, 1, tzinfo=UTC)]
+
+
+def test_more_due_schedules_than_one_look_takes_are_taken_by_the_next_look_at_once():
+    start = dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC)
+    for number in range(5):
+        schedule("* * * * *", start, name=f"schedule {number}")
+    unit = scheduler(Clock(start + dt.timedelta(minutes=1)), limit=3)
+    assert unit.run_once().fired == 3 and unit.wait_seconds() == 0
+    assert unit.run_once().fired == 2 and unit.wait_seconds() > 0
