@@ -52,14 +52,15 @@ def pytest_addoption(parser, pluginmanager) -> None:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """The long runs (the chaos suite, half a minute to a minute each) first: a parallel run
-    hands them out to different workers at its start, two tests at a time (``--maxschedchunk``
-    in addopts), instead of ending on one of them while the other workers idle. The tests that
-    run ``alone`` last, when the others have little left to hold them up."""
+    """The long runs (the chaos suite and tests marked ``long``, half a minute to a minute
+    each) first: a parallel run hands them out to different workers at its start, two tests at
+    a time (``--maxschedchunk`` in addopts), instead of ending on one of them while the other
+    workers idle. The tests that run ``alone`` last, when the others have little left to hold
+    them up."""
     items.sort(
         key=lambda item: (
             item.get_closest_marker("alone") is not None,
-            item.get_closest_marker("chaos") is None,
+            item.get_closest_marker("chaos") is None and item.get_closest_marker("long") is None,
         )
     )
 

@@ -26,6 +26,7 @@ UTC = dt.timezone.utc
 DECLARED = {"PGJOBS_TEST_JOB_MODULES": "testproject.demo.recurring"}
 
 
+@pytest.mark.long  # crosses a real minute boundary: up to about 70 s, mostly idle
 def test_three_workers_fire_a_once_a_minute_schedule_once_per_minute(start_worker):
     workers = [start_worker("-v", "2", env=DECLARED) for _ in range(3)]
     name = "testproject.demo.recurring.every_minute"
