@@ -30,6 +30,7 @@ def run_jobs(
     *,
     concurrency: int = 1,
     with_scheduled: bool = False,
+    max_rounds: int = 100,
     **worker_options: Any,
 ) -> Stats:
     """Run every job that is ready now (and what they enqueue that is ready), then return the
@@ -37,12 +38,13 @@ def run_jobs(
 
     ``with_scheduled=True`` also runs the jobs due later (``delay=``, ``run_after=``, retries
     waiting out their back-off): made due now, again after each round, until none is left, so
-    a failing job runs through all its attempts to its dead letter. Without it, failed jobs are
-    retried later, as in production."""
+    a failing job runs through all its attempts to its dead letter; past ``max_rounds`` rounds
+    (a job that schedules itself again and again) it raises ``RuntimeError`` naming the jobs
+    still scheduled. Without it, failed jobs are retried later, as in production."""
     inline = _connection().in_atomic_block
     worker_options.setdefault("listen", False)
     total = Stats()
-    while True:
+    for _ in range(max_rounds):
         worker = Worker(
             queues=queues,
             concurrency=1 if inline else concurrency,
@@ -53,23 +55,37 @@ def run_jobs(
         )
         worker.run()
         _add(total, worker.stats)
-        if not with_scheduled or not _make_scheduled_due(queues):
+        if inline:
+            worker.executors.raise_if_interrupted()
+        due = _make_scheduled_due(queues) if with_scheduled else []
+        if not due:
             return total
+    names = sorted(set(_jobs().filter(id__in=due).values_list("name", flat=True)))
+    raise RuntimeError(
+        f"run_jobs(with_scheduled=True): jobs still scheduled after {max_rounds} rounds "
+        f"(a job that schedules itself again?): {', '.join(names)}"
+    )
+
+
+def _jobs():
+    return Job.objects.using(get_config().DATABASE)
 
 
 def _connection():
     return connections[get_config().DATABASE]
 
 
+def _scheduled(queues: list[str] | None):
+    """The waiting jobs due later than the claim's ``now()``: in a transaction, when it began
+    (Django's ``Now()`` is the statement's time, which a job retried a moment ago is already
+    behind)."""
+    later = _jobs().filter(status="ready", run_after__gt=RawSQL("now()", ()))
+    return later.filter(queue__in=queues) if queues else later
+
+
 def _make_scheduled_due(queues: list[str] | None) -> list[int]:
-    """The waiting jobs due later made due now, by the admin's "Run now"; their ids. Later than
-    the claim's ``now()``: in a transaction, when it began (Django's ``Now()`` is the
-    statement's time, which a job retried a moment ago is already behind)."""
-    now = RawSQL("now()", ())
-    later = Job.objects.using(get_config().DATABASE).filter(status="ready", run_after__gt=now)
-    if queues:
-        later = later.filter(queue__in=queues)
-    return run_jobs_now(_connection(), list(later.values_list("id", flat=True)))
+    """The jobs due later made due now, by the admin's "Run now"; their ids."""
+    return run_jobs_now(_connection(), list(_scheduled(queues).values_list("id", flat=True)))
 
 
 def _add(total: Stats, stats: Stats) -> None:
@@ -79,7 +95,7 @@ def _add(total: Stats, stats: Stats) -> None:
 
 def enqueued(job: JobDefinition | str | None = None, *, queue: str | None = None):
     """Jobs waiting or running, oldest first, optionally of one job and/or queue."""
-    jobs = Job.objects.filter(status__in=["ready", "running"]).order_by("id")
+    jobs = _jobs().filter(status__in=["ready", "running"]).order_by("id")
     if job is not None:
         jobs = jobs.filter(name=resolve(job).name)
     if queue is not None:

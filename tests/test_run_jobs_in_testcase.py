@@ -74,6 +74,26 @@ class RunJobsInATestCase(TestCase):
         self.assertEqual(dead.error_type, "django_pgjobs.JobTimeout")
         self.assertFalse(Execution.objects.exists())
 
+    def test_a_jobs_on_commit_callbacks_run_when_its_savepoint_is_released(self):
+        """As a worker process runs them: at once for a plain job in autocommit. Before, they
+        waited for the test's commit, which never comes."""
+        demo.record_on_commit.enqueue("committed")
+        self.assertEqual(run_jobs().succeeded, 1)
+        self.assertEqual(list(Execution.objects.values_list("label", flat=True)), ["committed"])
+
+    def test_ctrl_c_in_a_job_stops_run_jobs_after_recording_the_failure(self):
+        demo.press_ctrl_c.enqueue()  # max_attempts=3
+        with self.assertRaises(KeyboardInterrupt):
+            run_jobs(with_scheduled=True)
+        job = Job.objects.get()  # the failure recorded, its retry waiting; run once only
+        self.assertEqual((job.attempts, len(job.errors)), (1, 1))
+
+    def test_with_scheduled_stops_after_max_rounds_naming_the_jobs(self):
+        demo.reschedule_forever.enqueue("again")
+        with self.assertRaisesMessage(RuntimeError, "testproject.demo.jobs.reschedule_forever"):
+            run_jobs(with_scheduled=True, max_rounds=5)
+        self.assertEqual(Execution.objects.count(), 5)
+
     def test_the_previous_tests_jobs_were_rolled_back(self):
         self.assertFalse(Job.objects.exists() or Execution.objects.exists())
 

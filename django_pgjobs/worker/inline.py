@@ -16,15 +16,17 @@ results and dead letters, the same statements. Two parts are swapped:
 
 What differs from a worker process, and why: one job at a time; a plain ``def`` job's timeout
 is not enforced (it runs on the caller's thread, which cannot be interrupted), an ``async def``
-job's is; ``now()`` is the time the caller's transaction began, so a job delayed or retried with
+job's only while it awaits (its synchronous calls come back to this thread); ``now()`` is the time the caller's transaction began, so a job delayed or retried with
 a back-off is not due until ``run_jobs(with_scheduled=True)`` makes it so.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from typing import TypeVar
 
 import psycopg
@@ -36,9 +38,10 @@ from ..errors import JobTimeout
 from ..operations import ClaimedJob
 from .executors import ExecutorPool
 from .faults import DispatcherDatabase
-from .outcomes import Failed, send
+from .outcomes import Failed, Succeeded, send
 
 T = TypeVar("T")
+logger = logging.getLogger("django_pgjobs.worker")
 
 
 class InlineDatabase(DispatcherDatabase):
@@ -61,6 +64,8 @@ class _Undo(Exception):
 class InlineExecutors(ExecutorPool):
     """The executor pool's part, with no thread: ``submit()`` runs the job there and then."""
 
+    interrupted: KeyboardInterrupt | None = None
+
     def start(self) -> None:
         pass
 
@@ -72,21 +77,36 @@ class InlineExecutors(ExecutorPool):
 
     def submit(self, job: ClaimedJob, definition: registry.JobDefinition) -> None:
         if self._begin(job):
-            self.inbox.put(self._in_savepoint(job, definition))
+            result = self._in_savepoints(job, definition)
+            if isinstance(result, Failed) and isinstance(result.error, KeyboardInterrupt):
+                self.interrupted = result.error  # recorded as the job's failure, then raised
+            self.inbox.put(result)
 
-    def _in_savepoint(self, job: ClaimedJob, definition: registry.JobDefinition):
-        connection = connections[self.alias]
-        result = None
-        try:
-            with transaction.atomic(using=self.alias):
-                if definition.is_async:
-                    result = async_to_sync(self._await)(job, definition)
-                else:
-                    result = self._execute(job, definition)
-                if connection.needs_rollback or _failed(connection):
-                    raise _Undo
-        except _Undo:
-            pass
+    def raise_if_interrupted(self) -> None:
+        """Raise the ``KeyboardInterrupt`` a job raised (Ctrl-C while it ran on this thread):
+        the worker recorded it as that job's failure and stopped; the caller stops too."""
+        if self.interrupted is not None:
+            raise self.interrupted
+
+    def _in_savepoints(self, job: ClaimedJob, definition: registry.JobDefinition):
+        """Run the job in a savepoint on every connection of this thread inside a transaction
+        (the jobs database's and any other the job may write to), then run the ``on_commit``
+        callbacks it registered where its savepoint was released, as a worker process runs
+        them at once (a plain job in autocommit) or at the job's own commit (``atomic``)."""
+        aliases = [alias for alias in connections if connections[alias].in_atomic_block]
+        pending = {alias: len(connections[alias].run_on_commit) for alias in aliases}
+        with ExitStack() as savepoints:
+            for alias in aliases:
+                savepoints.enter_context(_savepoint(alias))
+            if definition.is_async:
+                result = async_to_sync(self._await)(job, definition)
+            else:
+                result = self._execute(job, definition)
+        for alias, before in pending.items():
+            callbacks = connections[alias].run_on_commit[before:]
+            del connections[alias].run_on_commit[before:]
+            for _, callback, robust in callbacks:
+                result = _run_callback(callback, robust, result)
         return result
 
     async def _await(self, job: ClaimedJob, definition: registry.JobDefinition):
@@ -100,6 +120,34 @@ class InlineExecutors(ExecutorPool):
         await asyncio.wait({task})
         error = JobTimeout(f"timed out after {job.timeout:g} s")
         return Failed(job, error, time.monotonic() - started)
+
+
+@contextmanager
+def _savepoint(alias: str) -> Iterator[None]:
+    """A savepoint on ``alias``, released at the end unless the job left the transaction
+    failed (a database error it caught or let through, ``set_rollback``): then rolled back, so
+    that the caller's transaction goes on."""
+    connection = connections[alias]
+    try:
+        with transaction.atomic(using=alias):
+            yield
+            if connection.needs_rollback or _failed(connection):
+                raise _Undo
+    except _Undo:
+        pass
+
+
+def _run_callback(callback: Callable[[], object], robust: bool, result):
+    """One ``on_commit`` callback of the job's. One that raises fails a plain job that had
+    succeeded, as ``on_commit()`` raising inside it would in autocommit; else it is logged (a
+    robust callback, or the job's outcome is recorded already)."""
+    try:
+        callback()
+    except Exception as error:
+        if not robust and isinstance(result, Succeeded) and not result.acked:
+            return Failed(result.job, error, result.duration)
+        logger.exception("job %s #%s: an on_commit callback failed", result.job.name, result.job.id)
+    return result
 
 
 def _failed(connection) -> bool:

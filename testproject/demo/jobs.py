@@ -337,3 +337,23 @@ def fail_in_the_database(label: str) -> None:
     _record(label)
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1 / 0")
+
+
+@job
+def record_on_commit(label: str) -> None:
+    """Records from an ``on_commit`` callback: at once in autocommit, at the commit in a
+    transaction."""
+    transaction.on_commit(lambda: _record(label))
+
+
+@job(max_attempts=3)
+def press_ctrl_c() -> None:
+    """Raises ``KeyboardInterrupt``, as Ctrl-C pressed while a job runs on the main thread."""
+    raise KeyboardInterrupt
+
+
+@job
+def reschedule_forever(label: str) -> None:
+    """Records, then enqueues itself again for a minute later, for ever."""
+    _record(label)
+    reschedule_forever.using(delay=60).enqueue(label)
