@@ -66,7 +66,7 @@ def authorize(request: HttpRequest) -> Reader:
 
 
 def _token_matches(given: str) -> bool:
-    token = get_config().METRICS_TOKEN
+    token = get_config().METRICS_TOKEN.strip()  # a secret file's newline is not part of it
     # compare_digest takes as long whatever the first difference; an unset token matches none
     return bool(token) and hmac.compare_digest(given.encode(), token.encode())
 

@@ -59,10 +59,13 @@ MIN_TOKEN_CHARS = 24
 
 
 def check_token(token: str) -> str:
-    if token and (len(token) < MIN_TOKEN_CHARS or token != token.strip()):
+    """Surrounding whitespace is not part of the token (a secret read from a file ends with a
+    newline): compared without it."""
+    token = token.strip()
+    if token and len(token) < MIN_TOKEN_CHARS:
         raise ValueError(
-            f"METRICS_TOKEN must be empty or at least {MIN_TOKEN_CHARS} characters without "
-            "surrounding spaces (secrets.token_urlsafe(32) makes one)"
+            f"METRICS_TOKEN must be empty or at least {MIN_TOKEN_CHARS} characters "
+            "(secrets.token_urlsafe(32) makes one)"
         )
     return token
 

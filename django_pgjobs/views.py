@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import time
+
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
@@ -26,7 +29,13 @@ def metrics(request: HttpRequest) -> HttpResponse:
         from .prometheus import exposition
     except ImportError:  # the optional extra is not installed
         return HttpResponse(MISSING_CLIENT, status=501, content_type="text/plain; charset=utf-8")
-    body, content_type = exposition(jobs_connection(), reader, request.META.get("HTTP_ACCEPT", ""))
+    try:
+        body, content_type = exposition(
+            jobs_connection(), reader, request.META.get("HTTP_ACCEPT", "")
+        )
+    except DatabaseError as error:  # as health says it: 503, not a server error per scrape
+        message = f"pgjobs/metrics: the jobs database is unavailable ({type(error).__name__})\n"
+        return HttpResponse(message, status=503, content_type="text/plain; charset=utf-8")
     return HttpResponse(body, content_type=content_type)
 
 
@@ -41,5 +50,22 @@ def health(request: HttpRequest) -> HttpResponse:
         if not config.HEALTH_PUBLIC:
             return refused.response()
         details = False
-    result = check_health(jobs_connection(), config.HEALTH_MAX_DUE_AGE_SECONDS)
+    result = _public_result(config) if not details else None
+    if result is None:
+        result = check_health(jobs_connection(), config.HEALTH_MAX_DUE_AGE_SECONDS)
+        if not details:
+            _public_cache[:] = [time.monotonic(), result]
     return JsonResponse(result.body(details), status=200 if result.ok else 503)
+
+
+#: Anonymous reads of a public ``pgjobs/health`` share one result for this long per process:
+#: the checks read every queue, and anyone may send requests.
+PUBLIC_HEALTH_CACHE_SECONDS = 5.0
+_public_cache: list = []  # [monotonic time, HealthResult] of the last anonymous check
+
+
+def _public_result(config):
+    """The last anonymous check's result while it is fresh, for an anonymous reader."""
+    if _public_cache and time.monotonic() - _public_cache[0] < PUBLIC_HEALTH_CACHE_SECONDS:
+        return _public_cache[1]
+    return None

@@ -13,10 +13,12 @@ from admin_data import job
 from django.conf import settings
 from django.db import connection
 from django.db.backends.postgresql.base import DatabaseWrapper
-from django.test import override_settings
+from django.test import Client, override_settings
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from helpers import wait_until
 
+from django_pgjobs import views
 from django_pgjobs.health import check_health
 from django_pgjobs.models import Job, QueueState, Worker
 from testproject.demo import jobs as demo
@@ -24,6 +26,14 @@ from testproject.demo import jobs as demo
 pytestmark = pytest.mark.django_db(transaction=True)
 
 URL = "/pgjobs/health"
+
+
+@pytest.fixture(autouse=True)
+def no_cached_public_result():
+    """Anonymous public reads share a result for 5 s per process: none from another test."""
+    views._public_cache.clear()
+    yield
+    views._public_cache.clear()
 
 
 def health(client) -> tuple[int, dict]:
@@ -113,6 +123,20 @@ def test_never_anonymous_unless_public_and_then_without_names(client, staff_no_p
         "status": "failing",
         "checks": {"database": "ok", "workers": "failing", "backlog": "failing"},
     }
+
+
+def test_anonymous_public_reads_share_one_check_for_a_few_seconds(admin_client):
+    """Anyone may send them: a flood costs one check per 5 s, not one per request."""
+    client = Client()  # anonymous (admin_client is the logged-in ``client`` fixture)
+    job(queue="q1")
+    with pgjobs_settings(HEALTH_PUBLIC=True):
+        with CaptureQueriesContext(connection) as first:
+            assert health(client)[0] == 503
+        with CaptureQueriesContext(connection) as second:
+            assert health(client)[0] == 503
+        with CaptureQueriesContext(connection) as staff:
+            assert health(admin_client)[0] == 503  # a reader with details: checked each time
+    assert len(first) > 0 and len(second) == 0 and len(staff) > 0
 
 
 def test_the_token_reads_the_details(client):

@@ -3,11 +3,14 @@ says what the rows say; nobody reads it without staff permission or the token.""
 
 from __future__ import annotations
 
+import socket
 from datetime import timedelta
 
 import pytest
 from admin_data import dead_letter, job, make_user
 from django.conf import settings
+from django.db import connection
+from django.db.backends.postgresql.base import DatabaseWrapper
 from django.test import override_settings
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
@@ -179,6 +182,29 @@ def test_a_short_token_is_a_configuration_error():
         assert get_config().METRICS_TOKEN == TOKEN
     with with_token("short"), pytest.raises(ConfigError, match="at least 24 characters"):
         get_config()
+
+
+def test_the_database_away_is_503_as_for_health(admin_client, monkeypatch):
+    """Once a server error (and an error report) for every scrape."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]  # nothing listens there once closed
+    away = DatabaseWrapper({**connection.settings_dict, "HOST": "127.0.0.1", "PORT": port})
+    monkeypatch.setattr("django_pgjobs.views.jobs_connection", lambda: away)
+    try:
+        response = admin_client.get(URL)
+    finally:
+        away.close()
+    assert response.status_code == 503
+    assert response["Content-Type"].startswith("text/plain")
+
+
+def test_a_token_read_from_a_secret_file_with_its_newline_works(client):
+    """Mounted secrets end with a newline: once a configuration error for every enqueue."""
+    with with_token(TOKEN + "\n"):
+        get_config()
+        response = client.get(URL, HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    assert response.status_code == 200
 
 
 def test_without_prometheus_client_the_endpoint_says_what_to_install(admin_client, monkeypatch):
