@@ -137,6 +137,9 @@ class Command(BaseCommand):
             return
         for row in rows:
             row["attempts"] = f"{row['attempts']}/{row['max_attempts']}"
+            for key in ("run_after", "failed_at"):
+                if row.get(key):  # to the second, as stored (UTC with USE_TZ)
+                    row[key] = row[key][:19].replace("T", " ")
         self.stdout.write(table(list(columns), [[row[c] or "" for c in columns] for row in rows]))
 
     def do_requeue(self, options):
