@@ -20,7 +20,7 @@ from django.db import connections
 from django.db.models.base import ModelState
 from django.utils import timezone
 
-from . import db, signals
+from . import db, signals, tracing
 from .calls import CallOptions
 from .conf import get_config
 from .models import Job
@@ -94,6 +94,7 @@ def _shared_params(definition: JobSpec, options: CallOptions) -> dict[str, Any]:
             definition.keep_result if options.keep_result is None else options.keep_result
         ),
         "task_backend": definition.task_backend,
+        "trace_context": tracing.current_context(),  # None without OpenTelemetry
     }
 
 
@@ -166,7 +167,11 @@ def enqueue_call(
     connection = db.jobs_connection()
     after_commit = config.LISTEN_NOTIFY and _wakes_after_commit(connection)
     notify = config.LISTEN_NOTIFY and not after_commit and _notify_in_statement(connection, params)
-    rows = db.execute_prepared(connection, "enqueue_job", {**params, "notify": notify})
+    rows = db.execute_prepared(
+        connection,
+        "enqueue_job",
+        {**params, "notify": notify, "trace_context": tracing.as_param(params["trace_context"])},
+    )
     if notify and rows and params["run_after"] is None and connection.get_autocommit():
         _delivered(connection.alias, params["queue"])  # the statement has committed
     if rows:
@@ -224,6 +229,7 @@ def enqueue_many(
             "max_attempts": params["max_attempts"],
             "timeout": params["timeout"],
             "keep_result": params["keep_result"],
+            "trace_context": tracing.as_param(params["trace_context"]),
             "notify": get_config().LISTEN_NOTIFY,
         },
     )
@@ -308,6 +314,7 @@ def _jobs_from_inserted(
         "keep_result": params["keep_result"],
         "result": None,
         "task_backend": params["task_backend"],
+        "trace_context": params["trace_context"],
     }
     jobs = []
     returned = zip(ids, unique_keys, strict=True)

@@ -104,6 +104,12 @@ class Job(models.Model):
         help_text="The django.tasks backend alias of a task (name is then the task's module "
         "path); empty for jobs registered with @job.",
     )
+    trace_context = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="The trace context of the enqueue (OpenTelemetry's carrier, W3C traceparent): "
+        "each attempt's span continues that trace. Empty without OpenTelemetry.",
+    )
 
     objects = JobQuerySet.as_manager()
 

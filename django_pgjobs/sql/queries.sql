@@ -11,11 +11,11 @@
 WITH inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
                             max_attempts, unique_key, timeout, created_at, worker, errors,
-                            keep_result, task_backend)
+                            keep_result, task_backend, trace_context)
     VALUES (%(name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb, 'ready',
             COALESCE(%(run_after)s::timestamptz, now()), 0, %(max_attempts)s, %(unique_key)s,
             %(timeout)s::float8, now(), '', '[]'::jsonb, %(keep_result)s::boolean,
-            %(task_backend)s)
+            %(task_backend)s, %(trace_context)s::jsonb)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
     DO NOTHING
     RETURNING id, queue, run_after, created_at, unique_key
@@ -35,10 +35,11 @@ FROM inserted;
 WITH inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
                             max_attempts, unique_key, timeout, created_at, worker, errors,
-                            keep_result)
+                            keep_result, trace_context)
     SELECT %(name)s::text, %(queue)s::text, %(priority)s::smallint, a, k, 'ready',
            COALESCE(%(run_after)s::timestamptz, now()), 0, %(max_attempts)s::int, u,
-           %(timeout)s::float8, now(), '', '[]'::jsonb, %(keep_result)s::boolean
+           %(timeout)s::float8, now(), '', '[]'::jsonb, %(keep_result)s::boolean,
+           %(trace_context)s::jsonb
     FROM unnest(%(args)s::jsonb[], %(kwargs)s::jsonb[], %(unique_keys)s::text[]) AS rows(a, k, u)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
     DO NOTHING
@@ -122,7 +123,8 @@ RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs,
           extract(epoch FROM j.run_after)::float8 AS run_after,
           extract(epoch FROM j.created_at)::float8 AS created_at, j.keep_result,
           j.abort_requested_at IS NOT NULL AS abort_requested, NOT picked.starts AS held,
-          j.returned_unstarted AND NOT picked.starts AS start_recorded_first;
+          j.returned_unstarted AND NOT picked.starts AS start_recorded_first,
+          j.trace_context;
 
 -- name: mark_started
 -- Record the start of held jobs an executor took, `ago` seconds back (from then on the rescue
