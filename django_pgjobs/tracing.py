@@ -8,7 +8,8 @@ function runs (its own spans are children) and ends when the worker has recorded
 outcome, with the job's name, id, queue, attempt and outcome as attributes.
 
 Without ``opentelemetry-api`` nothing changes: no import, no column written, ``attempt_started``
-returns None at the cost of one attribute read. ``opentelemetry`` is imported on first use, so a
+returns None at the cost of one attribute read. With the API but no SDK set up in the worker's
+process (no tracer provider), no span is made either. ``opentelemetry`` is imported on first use, so a
 process that never enqueues nor runs a job never imports it.
 """
 
@@ -35,6 +36,7 @@ SUCCEEDED, RETRYING, DEAD_LETTERED, HANDED_BACK, LOST = (
 )
 
 _otel: Any = None  # the opentelemetry modules once looked for; False when not installed
+_NO_SDK: tuple = ()  # the API's tracer providers that only make no-op spans
 
 
 def _api():
@@ -46,6 +48,8 @@ def _api():
         except ImportError:
             _otel = False
         else:
+            global _NO_SDK
+            _NO_SDK = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
             _otel = (context, propagate, trace, trace.get_tracer("django_pgjobs"))
     return _otel or None
 
@@ -76,6 +80,8 @@ def attempt_started(job) -> object | None:
     if api is None:
         return None
     context, propagate, trace, tracer = api
+    if isinstance(trace.get_tracer_provider(), _NO_SDK):
+        return None  # no SDK set up in this process: every span would be a no-op
     parent = None
     if job.trace_context:
         carrier = job.trace_context
