@@ -94,7 +94,7 @@ def _shared_params(definition: JobSpec, options: CallOptions) -> dict[str, Any]:
             definition.keep_result if options.keep_result is None else options.keep_result
         ),
         "task_backend": definition.task_backend,
-        "trace_context": tracing.current_context(),  # None without OpenTelemetry
+        **tracing.enqueue_params(),  # the trace context: None without OpenTelemetry
     }
 
 
@@ -167,11 +167,7 @@ def enqueue_call(
     connection = db.jobs_connection()
     after_commit = config.LISTEN_NOTIFY and _wakes_after_commit(connection)
     notify = config.LISTEN_NOTIFY and not after_commit and _notify_in_statement(connection, params)
-    rows = db.execute_prepared(
-        connection,
-        "enqueue_job",
-        {**params, "notify": notify, "trace_context": tracing.as_param(params["trace_context"])},
-    )
+    rows = db.execute_prepared(connection, "enqueue_job", {**params, "notify": notify})
     if notify and rows and params["run_after"] is None and connection.get_autocommit():
         _delivered(connection.alias, params["queue"])  # the statement has committed
     if rows:
@@ -229,7 +225,7 @@ def enqueue_many(
             "max_attempts": params["max_attempts"],
             "timeout": params["timeout"],
             "keep_result": params["keep_result"],
-            "trace_context": tracing.as_param(params["trace_context"]),
+            "trace_context_json": params["trace_context_json"],
             "notify": get_config().LISTEN_NOTIFY,
         },
     )

@@ -105,10 +105,7 @@ class Job(models.Model):
         "path); empty for jobs registered with @job.",
     )
     trace_context = models.JSONField(
-        null=True,
-        blank=True,
-        help_text="The trace context of the enqueue (OpenTelemetry's carrier, W3C traceparent): "
-        "each attempt's span continues that trace. Empty without OpenTelemetry.",
+        null=True, blank=True, help_text="The enqueue's trace context (OpenTelemetry: tracing.py)."
     )
 
     objects = JobQuerySet.as_manager()

@@ -68,8 +68,14 @@ def current_context() -> dict[str, str] | None:
     return carrier or None
 
 
-def as_param(carrier: dict[str, str] | None) -> str | None:
-    return None if carrier is None else json.dumps(carrier)
+def enqueue_params() -> dict[str, Any]:
+    """The row's values for enqueue: ``trace_context`` (the carrier, for the ``Job`` returned)
+    and ``trace_context_json`` (its JSON text, for the INSERT); both None without a context."""
+    carrier = current_context()
+    return {
+        "trace_context": carrier,
+        "trace_context_json": None if carrier is None else json.dumps(carrier),
+    }
 
 
 def attempt_started(job) -> object | None:

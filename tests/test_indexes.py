@@ -59,7 +59,7 @@ def params_for(name: str) -> dict:
         "keep_results_seconds": 7 * 24 * 3600.0,
         "keep_result": False,
         "task_backend": "",
-        "trace_context": None,
+        "trace_context_json": None,
         "results": ["null"] * 3,
         "name": "q3",
         "paused": True,

@@ -15,7 +15,7 @@ WITH inserted AS (
     VALUES (%(name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb, 'ready',
             COALESCE(%(run_after)s::timestamptz, now()), 0, %(max_attempts)s, %(unique_key)s,
             %(timeout)s::float8, now(), '', '[]'::jsonb, %(keep_result)s::boolean,
-            %(task_backend)s, %(trace_context)s::jsonb)
+            %(task_backend)s, %(trace_context_json)s::jsonb)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
     DO NOTHING
     RETURNING id, queue, run_after, created_at, unique_key
@@ -39,7 +39,7 @@ WITH inserted AS (
     SELECT %(name)s::text, %(queue)s::text, %(priority)s::smallint, a, k, 'ready',
            COALESCE(%(run_after)s::timestamptz, now()), 0, %(max_attempts)s::int, u,
            %(timeout)s::float8, now(), '', '[]'::jsonb, %(keep_result)s::boolean,
-           %(trace_context)s::jsonb
+           %(trace_context_json)s::jsonb
     FROM unnest(%(args)s::jsonb[], %(kwargs)s::jsonb[], %(unique_keys)s::text[]) AS rows(a, k, u)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
     DO NOTHING
