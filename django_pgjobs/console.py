@@ -260,9 +260,12 @@ def _missing_ids(queryset, ids: Sequence[int], noun: str) -> None:
         raise BadInput(f"no {noun} with id {', '.join(f'#{i}' for i in missing)}")
 
 
-def _run_in_batches(queryset, action: Action, noun: str, why_left: str, dry_run: bool) -> Outcome:
+def _run_in_batches(
+    queryset, action: Action, noun: str, why_left: str, dry_run: bool, named: int = 0
+) -> Outcome:
     """The admin's ``action`` on the ids of ``queryset``, in id order, ``BULK_LIMIT`` at a time,
-    one statement each (``action.operation``). ``dry_run``: count them, change nothing."""
+    one statement each (``action.operation``). ``dry_run``: count them, change nothing.
+    ``named``: how many ids the operator named (those the filters leave out are left alone)."""
     if dry_run:
         selected = queryset.count()
         return Outcome(f"Would {action.name} {plural(selected, noun)}.", selected, dry_run=True)
@@ -278,7 +281,7 @@ def _run_in_batches(queryset, action: Action, noun: str, why_left: str, dry_run:
         selected += len(batch)
         touched += action.operation(conn, batch)
         after = batch[-1]
-    skipped = selected - len(touched)
+    skipped = max(selected, named) - len(touched)
     note = ""
     if skipped:
         was = "was" if skipped == 1 else "were"
@@ -294,7 +297,8 @@ def act_on_dead_letters(action_name: str, selection: Selection, dry_run: bool = 
     _missing_ids(_rows(DeadLetter), selection.ids, "dead letter")
     action = DEAD_LETTER_ACTIONS[action_name]
     queryset = _dead_letter_queryset(selection)
-    return _run_in_batches(queryset, action, "dead letter", GONE, dry_run)
+    named = len(selection.ids)
+    return _run_in_batches(queryset, action, "dead letter", GONE, dry_run, named)
 
 
 def purge(selection: Selection, dry_run: bool = False) -> Outcome:
@@ -306,8 +310,8 @@ def purge(selection: Selection, dry_run: bool = False) -> Outcome:
     _missing_ids(_rows(Job), selection.ids, "job")
     action = JOB_ACTIONS["cancel"]
     queryset = _job_queryset(selection).filter(views_condition(action.views))
-    why = f"claimed or finished meanwhile: only {action.valid_for} jobs are cancelled"
-    return _run_in_batches(queryset, action, "job", why, dry_run)
+    why = f"only {action.valid_for} jobs are cancelled; a running one is its worker's"
+    return _run_in_batches(queryset, action, "job", why, dry_run, len(selection.ids))
 
 
 def pause(queue: str, paused: bool) -> Outcome:

@@ -174,6 +174,12 @@ def test_purge_cancels_waiting_jobs_of_the_filter_only():
     assert sorted(Job.objects.values_list("id", flat=True)) == [retrying.id, running.id, other.id]
     assert pgjobs("purge", "--queue", "emails").splitlines()[0] == "Cancelled 1 job."
     assert sorted(Job.objects.values_list("id", flat=True)) == [running.id, other.id]
+    assert pgjobs("purge", str(running.id)).splitlines() == [
+        "Cancelled 0 jobs.",
+        "1 selected job was left alone (only due, retrying or scheduled jobs are cancelled; a "
+        "running one is its worker's).",
+    ]
+    assert Job.objects.filter(id=running.id).exists()
 
 
 def test_prune_deletes_successful_jobs_past_their_retention():
