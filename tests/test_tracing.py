@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 from django.db import connection
@@ -21,18 +22,18 @@ from testproject.handlers.tracing import build_report
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-EXPORTER = InMemorySpanExporter()
-
 
 @pytest.fixture
-def spans() -> InMemorySpanExporter:
-    """Every span ended in this process, kept in memory (the SDK set up once per process)."""
-    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+def spans() -> Iterator[InMemorySpanExporter]:
+    """The spans ended during the test, kept in memory."""
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):  # the SDK, set up once per process
         provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
         trace.set_tracer_provider(provider)
-    EXPORTER.clear()
-    return EXPORTER
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield exporter
+    exporter.shutdown()  # keeps no more spans
 
 
 def named(spans: InMemorySpanExporter, name: str) -> list:
