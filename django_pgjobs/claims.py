@@ -47,6 +47,10 @@ class ClaimedJob:
     #: records its start before running it (a job that killed its worker unrecorded once spends
     #: its attempts from then on), instead of the dispatcher recording it after.
     start_recorded_first: bool = False
+    #: The trace context ``enqueue()`` stored (``tracing``): a carrier as JSON, or None.
+    trace_context: Any = None
+    #: The span of this attempt while it runs, when OpenTelemetry is installed (``tracing``).
+    span: Any = None
 
     @property
     def is_last_attempt(self) -> bool:

@@ -22,7 +22,7 @@ from django.db import connections
 from django.db.models.base import ModelState
 from django.utils import timezone
 
-from . import db, signals
+from . import db, signals, tracing
 from .calls import CallOptions
 from .conf import get_config
 from .context import current_job
@@ -101,6 +101,7 @@ def _shared_params(definition: JobSpec, options: CallOptions) -> dict[str, Any]:
             definition.keep_result if options.keep_result is None else options.keep_result
         ),
         "task_backend": definition.task_backend,
+        **tracing.enqueue_params(),  # the trace context: None without OpenTelemetry
     }
 
 
@@ -335,6 +336,7 @@ def enqueue_many(
             "max_attempts": params["max_attempts"],
             "timeout": params["timeout"],
             "keep_result": params["keep_result"],
+            "trace_context_json": params["trace_context_json"],
             "notify": get_config().LISTEN_NOTIFY,
         },
     )
@@ -423,6 +425,7 @@ def _jobs_from_inserted(
         "task_backend": params["task_backend"],
         "waiting_key": None,
         "enqueue_outcome": EnqueueOutcome.CREATED,
+        "trace_context": params["trace_context"],
     }
     jobs = []
     returned = zip(ids, unique_keys, strict=True)

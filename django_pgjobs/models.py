@@ -111,6 +111,9 @@ class Job(models.Model):
         help_text="The django.tasks backend alias of a task (name is then the task's module "
         "path); empty for jobs registered with @job.",
     )
+    trace_context = models.JSONField(
+        null=True, blank=True, help_text="The enqueue's trace context (OpenTelemetry: tracing.py)."
+    )
 
     objects = JobQuerySet.as_manager()
 

@@ -134,6 +134,12 @@ PGJOBS = {
     ],
 }
 
+# The tests run behind PgBouncer in transaction mode (tests/pgbouncer_support.py) use the
+# settings docs/howto/deploy.md#pgbouncer gives for it (PgBouncer before 1.21).
+if os.environ.get("PGJOBS_TEST_PGBOUNCER") == "1":
+    PGJOBS["LISTEN_NOTIFY"] = False
+    PGJOBS["PREPARED_STATEMENTS"] = False
+
 # django.tasks (Django 6, or the django-tasks backport on Django 5.2) runs on the job queue:
 # docs/howto/django-tasks.md. Quick retries, so the tests see a failing task's attempts.
 TASKS = {

@@ -33,9 +33,9 @@ from helpers import MANAGE, ROOT, WorkerProcess, database_url_for_tests, registe
 
 from testproject import throwaway_pg
 
-# The admin's users (superuser, staff_no_perms, viewer) and the browser (browser_page): fixtures
-# for every test module.
-pytest_plugins = ["admin_data", "browser_support"]
+# The admin's users (superuser, staff_no_perms, viewer), the browser (browser_page) and PgBouncer
+# (pgbouncer, through_pgbouncer): fixtures for every test module.
+pytest_plugins = ["admin_data", "browser_support", "pgbouncer_support"]
 
 # The directory of the locks that let a test run alone (pytest_runtest_protocol below), made by
 # the controller and shared by its worker processes.
@@ -110,8 +110,10 @@ def admin_client(client, superuser):
 
 @pytest.fixture
 def other_connection() -> Iterator[psycopg.Connection]:
-    """A second, independent connection (autocommit) to the test database."""
-    with psycopg.connect(database_url_for_tests(), autocommit=True) as conn:
+    """A second, independent connection (autocommit) to the test database. Never prepares a
+    statement (psycopg would after 5 runs of one query): behind PgBouncer in transaction mode
+    (pgbouncer_support.py) the next run could meet another server connection."""
+    with psycopg.connect(database_url_for_tests(), autocommit=True, prepare_threshold=None) as conn:
         yield conn
 
 

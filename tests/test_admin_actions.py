@@ -162,6 +162,7 @@ def test_requeue_of_dead_letters_sharing_a_unique_key_makes_one_job(admin_client
     assert list(DeadLetter.objects.values_list("pk", flat=True)) == [older.pk]
 
 
+@pytest.mark.listen_notify
 def test_run_now_and_requeue_wake_the_workers_of_their_queues(admin_client, other_connection):
     scheduled = [
         job(queue=queue, run_after=later(hours=1)) for queue in ("emails", "emails", "sms")

@@ -124,6 +124,7 @@ def test_enqueue_is_one_statement(django_assert_num_queries):
         record.enqueue("x")
 
 
+@pytest.mark.listen_notify
 def test_enqueue_notifies_listeners_of_due_jobs_only(other_connection):
     other_connection.execute("LISTEN pgjobs")
     record.using(queue="soon").enqueue("x")
@@ -138,6 +139,7 @@ def test_arguments_round_trip_as_json():
     assert Job.objects.get(pk=job.pk).args == [json.dumps(payload)]
 
 
+@pytest.mark.listen_notify
 def test_a_wake_up_that_fails_after_the_commit_does_not_fail_the_caller(other_connection, caplog):
     """The wake-up of a job enqueued in transaction.atomic() is sent by an on_commit callback;
     when it cannot be sent (here the connection is ended between the commit and the callback),

@@ -47,13 +47,13 @@ def chart_bars(points, width: int = CHART_WIDTH, height: int = CHART_HEIGHT) -> 
     return {"bars": bars, "peak": peak, "width": width, "height": height}
 
 
-def worker_rows(model_admin, now, known_queues: set[str]) -> list[dict]:
-    """The dashboard's line of each registered worker: alive (``overview.alive_seconds``), last
-    seen, up for, the queues it serves, and those of them no job has used (not in
-    ``known_queues``: a typo on ``runjobs --queue`` idles for ever)."""
+def worker_rows(registered, now, known_queues: set[str]) -> list[dict]:
+    """The dashboard's line of each registered worker (``registered``: Worker rows): alive
+    (``overview.alive_seconds``), last seen, up for, the queues it serves, and those of them no
+    job has used (not in ``known_queues``: a typo on ``runjobs --queue`` idles for ever)."""
     alive_within = overview.alive_seconds()
     workers = []
-    for worker in with_queues_text(model_admin.rows(Worker)):
+    for worker in with_queues_text(registered):
         silent = (now - worker.last_seen_at).total_seconds()
         workers.append(
             {
@@ -126,7 +126,9 @@ def dashboard_view(model_admin, request):
     now = timezone.now()
     queues, points = overview.queue_overview(connection, dead_letters=show_dead, now=now)
     workers = (
-        worker_rows(model_admin, now, registry.queues_in_use(connection)) if show_workers else []
+        worker_rows(model_admin.rows(Worker), now, registry.queues_in_use(connection))
+        if show_workers
+        else []
     )
     rows = queue_rows(queues)
     totals = {

@@ -53,12 +53,30 @@ class ViewFilter(admin.SimpleListFilter):
         ]
 
     def queryset(self, request, queryset):
-        value = self.value()
-        if value == LEASE_EXPIRED:
-            return queryset.lease_expired()
-        if value in View.values:
-            return queryset.in_view(value)
-        return queryset
+        return jobs_in_view(queryset, self.value())
+
+
+def jobs_in_view(queryset, view: str | None):
+    """The jobs of ``queryset`` in ``view`` (a ``states.View`` or ``LEASE_EXPIRED``; any other
+    value: all of them)."""
+    if view == LEASE_EXPIRED:
+        return queryset.lease_expired()
+    if view in View.values:
+        return queryset.in_view(view)
+    return queryset
+
+
+def view_ordering(view: str | None) -> list[str]:
+    """Each view in the order an operator reads it, served by an index of its own."""
+    if view in (View.DUE, View.SCHEDULED):
+        return ["-priority", "run_after", "id"]  # claim order (pgjobs_job_claim_idx)
+    if view == View.RETRYING:
+        return ["run_after", "id"]  # next retry first (pgjobs_job_retrying_idx)
+    if view in (View.RUNNING, LEASE_EXPIRED):
+        return ["lease_expires_at", "id"]  # stuck first (pgjobs_job_lease_idx)
+    if view == View.SUCCESSFUL:
+        return ["-finished_at", "-id"]  # pgjobs_job_finished_idx
+    return ["-id"]  # newest first (primary key)
 
 
 class JobNameFilter(admin.SimpleListFilter):
@@ -154,17 +172,7 @@ class JobAdmin(JobRowAdmin):
         return JobChangeList
 
     def get_ordering(self, request):
-        """Each view in the order an operator reads it, served by an index of its own."""
-        view = request.GET.get(ViewFilter.parameter_name)
-        if view in (View.DUE, View.SCHEDULED):
-            return ["-priority", "run_after", "id"]  # claim order (pgjobs_job_claim_idx)
-        if view == View.RETRYING:
-            return ["run_after", "id"]  # next retry first (pgjobs_job_retrying_idx)
-        if view in (View.RUNNING, LEASE_EXPIRED):
-            return ["lease_expires_at", "id"]  # stuck first (pgjobs_job_lease_idx)
-        if view == View.SUCCESSFUL:
-            return ["-finished_at", "-id"]  # pgjobs_job_finished_idx
-        return ["-id"]  # newest first (primary key)
+        return view_ordering(request.GET.get(ViewFilter.parameter_name))
 
     def search_by_text(self, queryset, term: str):
         # A unique key held by a ready or running job is found through its unique index; an OR
@@ -279,7 +287,7 @@ class JobAdmin(JobRowAdmin):
         eligible = list(
             self.rows()
             .filter(id__in=ids)
-            .filter(_views_q(spec.views))
+            .filter(views_condition(spec.views))
             .order_by("id")
             .values_list("id", flat=True)
         )
@@ -297,7 +305,7 @@ class JobAdmin(JobRowAdmin):
         return None
 
 
-def _views_q(views) -> Q:
+def views_condition(views) -> Q:
     now = timezone.now()
     query = Q(pk__in=[])
     for view in views:

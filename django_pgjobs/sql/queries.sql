@@ -11,11 +11,11 @@
 WITH inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
                             max_attempts, unique_key, timeout, created_at, worker, errors,
-                            keep_result, task_backend)
+                            keep_result, task_backend, trace_context)
     VALUES (%(name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb, 'ready',
             COALESCE(%(run_after)s::timestamptz, now()), 0, %(max_attempts)s, %(unique_key)s,
             %(timeout)s::float8, now(), '', '[]'::jsonb, %(keep_result)s::boolean,
-            %(task_backend)s)
+            %(task_backend)s, %(trace_context_json)s::jsonb)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
     DO NOTHING
     RETURNING id, queue, run_after, created_at, unique_key
@@ -150,10 +150,11 @@ DELETE FROM pgjobs_throttle WHERE ends_at < now() RETURNING key;
 WITH inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
                             max_attempts, unique_key, timeout, created_at, worker, errors,
-                            keep_result)
+                            keep_result, trace_context)
     SELECT %(name)s::text, %(queue)s::text, %(priority)s::smallint, a, k, 'ready',
            COALESCE(%(run_after)s::timestamptz, now()), 0, %(max_attempts)s::int, u,
-           %(timeout)s::float8, now(), '', '[]'::jsonb, %(keep_result)s::boolean
+           %(timeout)s::float8, now(), '', '[]'::jsonb, %(keep_result)s::boolean,
+           %(trace_context_json)s::jsonb
     FROM unnest(%(args)s::jsonb[], %(kwargs)s::jsonb[], %(unique_keys)s::text[]) AS rows(a, k, u)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
     DO NOTHING
@@ -239,7 +240,8 @@ RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs,
           extract(epoch FROM j.run_after)::float8 AS run_after,
           extract(epoch FROM j.created_at)::float8 AS created_at, j.keep_result,
           j.abort_requested_at IS NOT NULL AS abort_requested, NOT picked.starts AS held,
-          j.returned_unstarted AND NOT picked.starts AS start_recorded_first;
+          j.returned_unstarted AND NOT picked.starts AS start_recorded_first,
+          j.trace_context;
 
 -- name: mark_started
 -- Record the start of held jobs an executor took, `ago` seconds back (from then on the rescue
@@ -688,7 +690,7 @@ ORDER BY minute, queue;
 -- name: live_jobs_by_queue
 -- Ready and running jobs per queue, split into the operator views of states.View, and the
 -- leases past expiry. Reads every live row (never retained history): the dashboard only runs it
--- while pgjobs_job is small (admin/overview.py, EXACT_COUNT_ROWS).
+-- while pgjobs_job is small (overview.py, EXACT_COUNT_ROWS).
 SELECT queue,
        count(*) FILTER (WHERE status = 'ready' AND attempts = 0 AND run_after <= now()) AS due,
        count(*) FILTER (WHERE status = 'ready' AND attempts = 0 AND run_after > now())

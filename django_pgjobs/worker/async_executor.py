@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 
-from .. import registry, signals
+from .. import registry, signals, tracing
 from ..context import reset_current_job, set_current_job
 from ..operations import ClaimedJob
 from ..payload import dump_result
@@ -238,6 +238,7 @@ class AsyncExecutor:
         if job.timeout is not None:
             job.deadline = started + job.timeout
         token = set_current_job(job)  # this task's own context: current_job() is per task
+        span = tracing.attempt_started(job)  # None without OpenTelemetry
         try:
             job.raise_if_aborted()  # aborted before it started: it never starts
             value = await definition.func(*job.args, **job.kwargs)
@@ -252,6 +253,7 @@ class AsyncExecutor:
         finally:
             job.deadline = None  # returned: no longer watched
             reset_current_job(token)
+            tracing.leave(span)
 
     def _charge_left_open(self, job: ClaimedJob, error: TransactionLeftOpen) -> None:
         """(A pool thread.) A call ``job`` ran on the default executor left a transaction open

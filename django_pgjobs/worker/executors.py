@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from django.db import DatabaseError, connections, transaction
 
-from .. import operations, registry, signals
+from .. import operations, registry, signals, tracing
 from ..context import reset_current_job, set_current_job
 from ..operations import ClaimedJob
 from ..payload import dump_result
@@ -205,6 +205,7 @@ class ExecutorPool:
         if job.timeout is not None:
             job.deadline = started + job.timeout
         token = set_current_job(job)
+        span = tracing.attempt_started(job)  # None without OpenTelemetry
         try:
             job.raise_if_aborted()  # aborted before it started: it never starts
             if definition.is_atomic():
@@ -236,3 +237,4 @@ class ExecutorPool:
         finally:
             job.deadline = None  # returned: no longer watched
             reset_current_job(token)
+            tracing.leave(span)

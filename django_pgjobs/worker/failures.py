@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
-from .. import errors, operations, redaction, signals
+from .. import errors, operations, redaction, signals, tracing
 from ..operations import ClaimedJob
 from .admission import Refusal
 from .decisions import decide
@@ -131,6 +131,7 @@ class FailurePolicy:
         if db.with_retries(lambda: operations.retry_job(db.connection(), job, entry, delay)):
             state.stats.retried += 1
             state.metrics.retried(job)
+            tracing.outcome(job, tracing.RETRYING)
             send(signals.job_failed, self.sender, job=job, error=error, retry_in=delay)
             logger.warning(
                 "job %s #%s failed (attempt %d/%d): %s; retrying in %.1fs",
@@ -177,6 +178,7 @@ class FailurePolicy:
     def _dead_lettered(self, job: ClaimedJob, dead_id: int, reason: str) -> None:
         self.state.stats.dead_lettered += 1
         self.state.metrics.dead_lettered(job)
+        tracing.outcome(job, tracing.DEAD_LETTERED)
         send(signals.job_dead_lettered, self.sender, job=job, reason=reason)
         logger.error(
             "job %s #%s dead-lettered (#%s): %s", printable(job.name), job.id, dead_id, reason

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from django.db import DatabaseError
 
-from .. import operations, registry, signals
+from .. import operations, registry, signals, tracing
 from .aborts import AbortNotice, mark_aborted
 from .acks import Acknowledgements
 from .claiming import Claimer
@@ -358,6 +358,14 @@ class Worker:
             mark_aborted(state, self.executors, [item.job_id])
             return
         self.starts.finished(item.job)  # whatever the outcome: the statement ending it records it
+        try:
+            self._record_outcome(item)
+        finally:
+            if item.job.span is not None:  # the attempt's span (tracing): its outcome is known
+                tracing.attempt_ended(item.job, getattr(item, "error", None), _outcome_of(item))
+
+    def _record_outcome(self, item) -> None:
+        state = self.state
         if self.timeouts.outcome_dropped(item):
             return
         if isinstance(item, (Succeeded, Failed)):
@@ -401,6 +409,13 @@ class Worker:
             queues=o.queues,
             concurrency=o.concurrency,
         )
+
+
+def _outcome_of(item) -> str:
+    """The outcome of an attempt's span unless the failure policy recorded one."""
+    if isinstance(item, Succeeded):
+        return tracing.SUCCEEDED
+    return tracing.HANDED_BACK if isinstance(item, HandBack) else tracing.LOST
 
 
 def _log_finished(item: Succeeded | Failed) -> None:
