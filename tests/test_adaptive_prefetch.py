@@ -111,10 +111,12 @@ def held_by(conn, worker) -> int:
 def test_a_no_flags_worker_stopped_hands_back_its_prefetched_jobs_unspent(
     start_worker, other_connection
 ):
-    labels = [f"short-{i}" for i in range(1000)]
-    demo.record.enqueue_many([((label,), {"sleep": 0.01}) for label in labels])
+    """Jobs of 20 ms (10 ms ones were all run before a loaded machine's worker got round to
+    the SIGTERM: nothing was left to hand back)."""
+    labels = [f"short-{i}" for i in range(800)]
+    demo.record.enqueue_many([((label,), {"sleep": 0.02}) for label in labels])
     worker = start_worker()
-    wait_until(lambda: held_by(other_connection, worker) > 8, timeout=60, interval=0.005)
+    wait_until(lambda: held_by(other_connection, worker) > 12, timeout=60, interval=0.005)
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0, worker.output()
     assert "handed back" in worker.output()
