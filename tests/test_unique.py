@@ -17,7 +17,7 @@ from django.db.models import F
 from django.utils import timezone
 from helpers import ROOT, database_url_for_tests, run_worker, wait_until
 
-from django_pgjobs import EnqueueOutcome, enqueue_many, job, operations, signals
+from django_pgjobs import EnqueueOutcome, db, enqueue_many, job, operations, signals
 from django_pgjobs.context import reset_current_job, set_current_job
 from django_pgjobs.models import Job, ThrottleWindow
 from django_pgjobs.worker.faults import DispatcherDatabase
@@ -73,6 +73,13 @@ def claim_all() -> list[operations.ClaimedJob]:
     """Claim every due job the way a worker's loop does (they are running from then on)."""
     claims = operations.ClaimBuilder(worker="test-worker", queues=None, lease_seconds=60)
     return operations.complete(connection, claim=claims.take(100)).claimed
+
+
+def fail_for_retry(claimed: operations.ClaimedJob) -> None:
+    """The claimed job fails and waits for its retry, due in five minutes (as a worker does)."""
+    error = json.dumps([{"type": "RuntimeError", "message": "boom", "attempt": claimed.attempts}])
+    params = {"id": claimed.id, "token": claimed.claim_token, "delay_seconds": 300, "error": error}
+    assert db.execute(connection, "retry_job", params)
 
 
 # -- the default scope: in flight ----------------------------------------------------------------
@@ -175,6 +182,22 @@ def test_debounce_leaves_a_running_holder_alone():
     replaced = reindex_document.using(unique_scope="waiting").enqueue(7, title="d")
     assert (waiting.enqueue_outcome, replaced.enqueue_outcome) == (CREATED, REPLACED)
     assert Job.objects.get(pk=waiting.pk).kwargs == {"title": "d"}
+
+
+def test_debounce_of_a_job_waiting_for_its_retry_gives_the_newer_call_its_whole_budget():
+    first = reindex_document.using(max_attempts=2).enqueue(8, title="draft")
+    (claimed,) = claim_all()
+    fail_for_retry(claimed)  # attempt 1 of 2 spent, its retry due in five minutes
+    later = reindex_document.enqueue(8, title="final")
+    stored = Job.objects.get()
+    assert (later.enqueue_outcome, stored.pk, stored.kwargs) == (
+        REPLACED,
+        first.pk,
+        {"title": "final"},
+    )
+    # the newer call's tries, all of them (attempt 1 is not run again: the next is attempt 2)
+    assert (stored.attempts, stored.max_attempts) == (1, 1 + reindex_document.get_max_attempts())
+    assert stored.run_after <= timezone.now() and len(stored.errors) == 1
 
 
 def test_eight_producer_processes_debouncing_one_key_leave_one_job_with_the_last_arguments():

@@ -44,12 +44,18 @@ SELECT %(name)s::text, %(queue)s::text, %(priority)s::smallint, %(args)s::jsonb,
 -- part: debounce_waiting_job
 -- The conflict action of a debounced enqueue: the waiting job holding the key takes the newer
 -- arguments (`replace_args`) and/or due time (`move_run_after`). A running holder (scope
--- 'in_flight') is left alone: no row comes back, the enqueue is skipped.
+-- 'in_flight') is left alone: no row comes back, the enqueue is skipped. A holder waiting for
+-- its retry (attempts > 0) becomes the newer call with the newer call's whole budget: its
+-- max_attempts is raised to its spent attempts plus the call's (its attempt numbers stay used, so
+-- no number runs twice, as the rescue does; its error history is kept).
 DO UPDATE SET
     args = CASE WHEN %(replace_args)s::boolean THEN EXCLUDED.args ELSE pgjobs_job.args END,
     kwargs = CASE WHEN %(replace_args)s::boolean THEN EXCLUDED.kwargs ELSE pgjobs_job.kwargs END,
     run_after = CASE WHEN %(move_run_after)s::boolean THEN EXCLUDED.run_after
-                     ELSE pgjobs_job.run_after END
+                     ELSE pgjobs_job.run_after END,
+    max_attempts = CASE WHEN pgjobs_job.attempts > 0
+                        THEN pgjobs_job.attempts + EXCLUDED.max_attempts
+                        ELSE pgjobs_job.max_attempts END
 WHERE pgjobs_job.status = 'ready'
 RETURNING pgjobs_job.*, pgjobs_job.xmax = 0 AS created
 
