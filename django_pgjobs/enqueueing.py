@@ -171,7 +171,7 @@ def enqueue_call(
     params = _row_params(definition, options, args, kwargs)
     if params["unique_key"] is not None:
         rules = rules_for(definition, options)
-        if not rules.waiting:
+        if not rules.waiting and rules.throttle is None:  # a throttled one: in its statement
             _hand_over_own_key(params["unique_key"])
         if not rules.plain:
             return _enqueue_keyed(definition, options, (args, kwargs), params, rules)
@@ -227,10 +227,13 @@ def _enqueue_keyed(
     connection = db.jobs_connection()
     after_commit = config.LISTEN_NOTIFY and _wakes_after_commit(connection)
     key = params["unique_key"]
+    running = current_job()
     statement_params = {
         **params,
         **rules.params(key),
         "notify": config.LISTEN_NOTIFY and not after_commit,
+        "running_id": running.id if running else None,  # the throttled hand-over
+        "running_token": running.claim_token if running else None,
     }
     rows = db.execute(connection, statement, statement_params)
     if not rows:

@@ -246,6 +246,28 @@ def test_a_short_throttle_opens_the_next_window_when_the_period_is_over():
     assert second.created_at - first.created_at >= timedelta(seconds=0.5)
 
 
+def test_a_throttled_job_enqueueing_its_own_key_hands_it_over_only_when_the_window_opens():
+    held = sync_account.enqueue(7)  # opens the window for ten seconds
+    (claimed,) = claim_all()
+    token = set_current_job(claimed)
+    try:
+        skipped = sync_account.enqueue(7)  # the window is open: skipped, the key stays
+    finally:
+        reset_current_job(token)
+    assert (skipped.enqueue_outcome, skipped.pk) == (SKIPPED, held.pk)
+    assert Job.objects.get(pk=held.pk).unique_key == "sync:7"
+    other = refresh_report.using(unique_key="sync:7").enqueue(1)
+    assert (other.enqueue_outcome, other.pk) == (SKIPPED, held.pk)  # held while it runs
+    ThrottleWindow.objects.update(ends_at=timezone.now() - timedelta(seconds=1))
+    token = set_current_job(claimed)
+    try:
+        successor = sync_account.enqueue(7)  # the window opens: handed over in the statement
+    finally:
+        reset_current_job(token)
+    assert successor.enqueue_outcome == CREATED and successor.unique_key == "sync:7"
+    assert Job.objects.get(pk=held.pk).unique_key is None
+
+
 def test_the_pruner_deletes_ended_throttle_windows_only():
     sync_account.enqueue(1)
     sync_account.enqueue(2)

@@ -106,11 +106,22 @@ WITH written AS (
 -- name: enqueue_job_throttled
 -- A throttled enqueue, scope 'in_flight': inserted only if it opens the key's window and the
 -- key is free. (A window opened by an enqueue skipped because the key is still held stays open:
--- at most one job per window, the one in flight.)
+-- at most one job per window, the one in flight.) A running job enqueueing its own key
+-- (`running_id`, `running_token`; NULL otherwise) hands it over here, only when the window
+-- opens, so the insert that follows takes it: a skipped self-enqueue leaves the key with the
+-- running job. `handed` is read by the insert's WHERE, so it has run before the insert checks
+-- the index (a row this statement updated no longer conflicts).
 WITH opened AS ({{open_throttle_window}}),
+handed AS (
+    UPDATE pgjobs_job SET unique_key = NULL
+    WHERE id = %(running_id)s::bigint AND claim_token = %(running_token)s::uuid
+      AND status = 'running' AND unique_key = %(unique_key)s::text
+      AND EXISTS (SELECT FROM opened)
+    RETURNING id
+),
 written AS (
     {{insert_keyed_job}}
-    WHERE EXISTS (SELECT FROM opened)
+    WHERE EXISTS (SELECT FROM opened) AND (SELECT count(*) FROM handed) >= 0
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
     DO NOTHING
     RETURNING *, true AS created
@@ -133,7 +144,8 @@ written AS (
 SELECT * FROM pgjobs_job WHERE waiting_key = %(unique_key)s;
 
 -- name: hand_over_unique_key
--- A running job enqueueing its own unique key (scope 'in_flight') hands it over: its row stops
+-- A running job enqueueing its own unique key (scope 'in_flight', not throttled: the throttled
+-- statement hands over itself) hands it over: its row stops
 -- holding the key, so the job it enqueues can take it (the self-rescheduling job); fenced by its
 -- claim token. Run just before that enqueue, in the same transaction when there is one.
 UPDATE pgjobs_job SET unique_key = NULL
