@@ -425,6 +425,7 @@ def _jobs_from_inserted(
         "result": None,
         "task_backend": params["task_backend"],
         "waiting_key": None,
+        "kept_waiting_key": None,
         "enqueue_outcome": EnqueueOutcome.CREATED,
     }
     jobs = []

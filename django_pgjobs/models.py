@@ -61,6 +61,8 @@ class Job(models.Model):
         help_text="The unique key of a job enqueued with unique_scope='waiting': held until a "
         "worker takes the job (the claim clears it).",
     )
+    # waiting_key as enqueued, kept when the claim clears it: a job back unstarted takes it back
+    kept_waiting_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     timeout = models.FloatField(
         null=True, blank=True, help_text="Seconds this job may run (.using(timeout=...))."
     )
@@ -213,6 +215,8 @@ class DeadLetter(models.Model):
     attempts = models.IntegerField(default=0)
     max_attempts = models.IntegerField(default=1)
     unique_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 (NULL: no key)
+    # the key of a job of the unique scope 'waiting' (unique_key: of 'in_flight'): requeued with it
+    waiting_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     timeout = models.FloatField(
         null=True, blank=True, help_text="Seconds this job may run (.using(timeout=...))."
     )

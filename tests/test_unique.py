@@ -19,7 +19,7 @@ from helpers import ROOT, database_url_for_tests, run_worker, wait_until
 
 from django_pgjobs import EnqueueOutcome, db, enqueue_many, job, operations, signals
 from django_pgjobs.context import reset_current_job, set_current_job
-from django_pgjobs.models import Job, ThrottleWindow
+from django_pgjobs.models import DeadLetter, Job, ThrottleWindow
 from django_pgjobs.worker.faults import DispatcherDatabase
 from django_pgjobs.worker.maintenance import PruneConfig, Pruner
 from django_pgjobs.worker.stopping import StopState
@@ -115,6 +115,48 @@ def test_the_scope_waiting_frees_the_key_when_a_worker_takes_the_job():
     # the running one fails and comes back to wait: no conflict, it no longer holds the key
     Job.objects.filter(pk=first.pk).update(status="ready", claim_token=None)
     assert refresh_prices.enqueue().enqueue_outcome == SKIPPED
+
+
+def test_the_scope_waiting_a_job_handed_back_unstarted_takes_its_key_back():
+    first = refresh_prices.enqueue()
+    (claimed,) = claim_all()
+    assert operations.release_jobs(connection, [claimed]) == {first.pk}  # graceful shutdown
+    assert refresh_prices.enqueue().pk == first.pk  # skipped: it holds its key again
+    (claimed,) = claim_all()
+    handed = operations.defer_unknown_jobs(connection, [claimed], grace_seconds=600, delay=0)
+    assert handed == {first.pk} and refresh_prices.enqueue().pk == first.pk
+    claim_all()  # held, never started, its worker gone: the rescue gives it back
+    expired = timezone.now() - timedelta(seconds=1)
+    Job.objects.filter(pk=first.pk).update(started_at=None, lease_expires_at=expired)
+    assert operations.rescue(connection).returned_unstarted == 1
+    assert Job.objects.get(pk=first.pk).waiting_key == "refresh-prices"
+    # a job enqueued while it was out keeps the key; the one handed back waits without one
+    (claimed,) = claim_all()
+    second = refresh_prices.enqueue()
+    operations.release_jobs(connection, [claimed])
+    assert list(Job.objects.filter(waiting_key__isnull=False).values_list("pk", flat=True)) == [
+        second.pk
+    ]
+    # two of one key handed back in one statement: one takes it
+    assert len(operations.release_jobs(connection, claim_all())) == 2
+    assert Job.objects.filter(waiting_key="refresh-prices").count() == 1
+
+
+def test_the_scope_waiting_a_requeued_dead_letter_waits_holding_its_key():
+    refresh_prices.enqueue()
+    (claimed,) = claim_all()
+    error = json.dumps([{"type": "RuntimeError", "message": "boom"}])
+    params = {"reason": "r", "error_type": "RuntimeError", "error": error}
+    params.update(id=claimed.id, token=claimed.claim_token)
+    assert db.execute(connection, "dead_letter_job", params)
+    dead = DeadLetter.objects.get()
+    assert (dead.unique_key, dead.waiting_key) == (None, "refresh-prices")
+    waiting = refresh_prices.enqueue()
+    assert operations.requeue_dead_letters(connection, [dead.pk]) == []  # held: it stays
+    Job.objects.filter(pk=waiting.pk).delete()
+    (requeued,) = operations.requeue_dead_letters(connection, [dead.pk])
+    assert Job.objects.get(pk=requeued).waiting_key == "refresh-prices"
+    assert refresh_prices.enqueue().pk == requeued
 
 
 def test_the_admin_finds_a_job_by_its_waiting_key(admin_client):
