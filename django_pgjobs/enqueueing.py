@@ -298,7 +298,9 @@ def _unsaved(params: dict[str, Any], call: tuple, alias: str) -> Job:
         },
         args=list(args),
         kwargs=dict(kwargs),
-        unique_key=params["throttle_key"],
+        unique_key=params["unique_key"],  # the key in the column of its scope
+        waiting_key=params["waiting_key"],
+        kept_waiting_key=params["waiting_key"],
         task_backend=params["task_backend"],
         run_after=params["run_after"] or timezone.now(),
     )

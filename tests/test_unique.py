@@ -310,6 +310,18 @@ def test_a_throttled_job_enqueueing_its_own_key_hands_it_over_only_when_the_wind
     assert Job.objects.get(pk=held.pk).unique_key is None
 
 
+def test_a_throttled_skip_with_no_holder_returns_the_unsaved_job_with_its_scopes_key():
+    first = sync_account.using(unique_scope="waiting").enqueue(9)
+    claim_all()
+    Job.objects.filter(pk=first.pk).delete()  # done; its window stays open
+    skipped = sync_account.using(unique_scope="waiting").enqueue(9)
+    assert (skipped.enqueue_outcome, skipped.pk) == (SKIPPED, None)
+    assert (skipped.unique_key, skipped.waiting_key) == (None, "sync:9")
+    Job.objects.filter(pk=sync_account.enqueue(10).pk).delete()  # the scope 'in_flight'
+    skipped = sync_account.enqueue(10)
+    assert (skipped.pk, skipped.unique_key, skipped.waiting_key) == (None, "sync:10", None)
+
+
 def test_the_pruner_deletes_ended_throttle_windows_only():
     sync_account.enqueue(1)
     sync_account.enqueue(2)
