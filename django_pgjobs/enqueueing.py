@@ -172,7 +172,7 @@ def enqueue_call(
     if params["unique_key"] is not None:
         rules = rules_for(definition, options)
         if not rules.waiting and rules.throttle is None:  # a throttled one: in its statement
-            _hand_over_own_key(params["unique_key"])
+            _hand_over_own_key([params["unique_key"]])
         if not rules.plain:
             return _enqueue_keyed(definition, options, (args, kwargs), params, rules)
     elif _rules_without_key(definition, options):
@@ -261,16 +261,17 @@ def _rules_without_key(definition: JobSpec, options: CallOptions) -> bool:
     return definition.gives_unique_rules() or options.gives_unique_rules()
 
 
-def _hand_over_own_key(unique_key: str) -> None:
+def _hand_over_own_key(unique_keys: list[str | None]) -> None:
     """A running job enqueueing its own key (scope ``in_flight``) gives it to the job it
     enqueues: without this, the new job would find the key held by the running one and a job
-    that reschedules itself would end its chain."""
+    that reschedules itself would end its chain. No statement outside a job, nor without keys."""
     running = current_job()
-    if running is not None:
+    keys = [key for key in unique_keys if key is not None]
+    if running is not None and keys:
         db.execute(
             db.jobs_connection(),
             "hand_over_unique_key",
-            {"id": running.id, "token": running.claim_token, "unique_key": unique_key},
+            {"id": running.id, "token": running.claim_token, "unique_keys": keys},
         )
 
 
@@ -315,7 +316,8 @@ def enqueue_many(
 
     ``calls`` yields either an ``args`` tuple/list or an ``(args, kwargs)`` pair whose second
     item is a dict. Jobs whose unique key is already in flight are skipped: the returned list
-    holds the inserted jobs only.
+    holds the inserted jobs only. A running job enqueueing its own key hands it over, as with
+    ``enqueue()``.
     """
     if not rules_for(definition, options).plain:
         raise ValueError(
@@ -326,6 +328,7 @@ def enqueue_many(
     inputs, columns = _many_calls(definition, options, calls)
     if not inputs:
         return []
+    _hand_over_own_key(columns["unique_keys"])
     params = _shared_params(definition, options)
     connection = db.jobs_connection()
     rows = db.execute_prepared(

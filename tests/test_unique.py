@@ -368,6 +368,18 @@ def test_the_hand_over_is_the_running_jobs_own_and_fenced():
     assert Job.objects.get(pk=successor.pk).unique_key == "report:3"
 
 
+def test_enqueue_many_of_the_running_jobs_own_key_hands_it_over():
+    held = refresh_report.enqueue(11)
+    (claimed,) = claim_all()
+    token = set_current_job(claimed)
+    try:
+        made = enqueue_many(refresh_report, [(11,), (12,)])
+    finally:
+        reset_current_job(token)
+    assert [job.unique_key for job in made] == ["report:11", "report:12"]
+    assert Job.objects.get(pk=held.pk).unique_key is None
+
+
 # -- validation ----------------------------------------------------------------------------------
 
 

@@ -150,9 +150,10 @@ SELECT * FROM pgjobs_job WHERE waiting_key = %(unique_key)s;
 -- statement hands over itself) hands it over: its row stops
 -- holding the key, so the job it enqueues can take it (the self-rescheduling job); fenced by its
 -- claim token. Run just before that enqueue, in the same transaction when there is one.
+-- enqueue_many gives the keys of its calls (`unique_keys`), enqueue the one.
 UPDATE pgjobs_job SET unique_key = NULL
 WHERE id = %(id)s AND claim_token = %(token)s::uuid AND status = 'running'
-  AND unique_key = %(unique_key)s
+  AND unique_key = ANY(%(unique_keys)s::text[])
 RETURNING id;
 
 -- name: prune_throttle_windows
