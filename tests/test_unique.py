@@ -159,6 +159,14 @@ def test_the_scope_waiting_a_requeued_dead_letter_waits_holding_its_key():
     assert refresh_prices.enqueue().pk == requeued
 
 
+def test_the_scope_waiting_does_not_keep_two_runs_of_a_key_apart():
+    refresh_prices.enqueue()
+    claim_all()  # the first runs
+    refresh_prices.enqueue()
+    claim_all()  # the one waiting is taken as soon as it is due
+    assert Job.objects.filter(status="running", name=refresh_prices.name).count() == 2
+
+
 def test_the_admin_finds_a_job_by_its_waiting_key(admin_client):
     waiting = refresh_prices.enqueue()
     response = admin_client.get("/admin/django_pgjobs/job/?q=refresh-prices")
@@ -320,6 +328,14 @@ def test_a_throttled_skip_with_no_holder_returns_the_unsaved_job_with_its_scopes
     Job.objects.filter(pk=sync_account.enqueue(10).pk).delete()  # the scope 'in_flight'
     skipped = sync_account.enqueue(10)
     assert (skipped.pk, skipped.unique_key, skipped.waiting_key) == (None, "sync:10", None)
+
+
+def test_the_throttle_window_is_the_key_strings_across_scopes_and_job_names():
+    assert sync_account.enqueue(12).enqueue_outcome == CREATED
+    Job.objects.all().delete()  # done: only the window is left
+    assert sync_account.using(unique_scope="waiting").enqueue(12).enqueue_outcome == SKIPPED
+    other = refresh_report.using(unique_key="sync:12", throttle=10).enqueue(1)
+    assert other.enqueue_outcome == SKIPPED and not Job.objects.exists()
 
 
 def test_the_pruner_deletes_ended_throttle_windows_only():
