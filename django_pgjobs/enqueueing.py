@@ -309,6 +309,10 @@ def _unsaved(params: dict[str, Any], call: tuple, alias: str) -> Job:
     return job
 
 
+#: The parameters of enqueue_jobs every call shares (enqueue_many has no task backend).
+_MANY_SHARED = ("name", "queue", "priority", "run_after", "max_attempts", "timeout", "keep_result")
+
+
 def enqueue_many(
     definition: JobSpec, options: CallOptions, calls: Iterable[tuple | list | tuple[tuple, dict]]
 ) -> list[Job]:
@@ -329,22 +333,12 @@ def enqueue_many(
     if not inputs:
         return []
     _hand_over_own_key(columns["unique_keys"])
-    params = _shared_params(definition, options)
+    params, notify = _shared_params(definition, options), get_config().LISTEN_NOTIFY
     connection = db.jobs_connection()
     rows = db.execute_prepared(
         connection,
         "enqueue_jobs",
-        {
-            **columns,
-            "name": params["name"],
-            "queue": params["queue"],
-            "priority": params["priority"],
-            "run_after": params["run_after"],
-            "max_attempts": params["max_attempts"],
-            "timeout": params["timeout"],
-            "keep_result": params["keep_result"],
-            "notify": get_config().LISTEN_NOTIFY,
-        },
+        {**columns, **{name: params[name] for name in _MANY_SHARED}, "notify": notify},
     )
     (row,) = rows
     jobs = _jobs_from_inserted(
