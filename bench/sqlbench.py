@@ -183,7 +183,7 @@ def _raw_limit_once(conn, q: dict[str, str], quick: bool) -> dict:
 
 def notify_cost(url: str, quick: bool, repeat: int = 1) -> dict:
     notify_after = queries()["notify_queue"]
-    coalesce = 0.01  # enqueueing.NOTIFY_COALESCE_SECONDS
+    coalesce = 0.01  # wakeups.NOTIFY_COALESCE_SECONDS
 
     def off(conn, state):
         with conn.transaction():

@@ -13,16 +13,14 @@ one statement; the job returned says what happened (``job.enqueue_outcome``).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any, Protocol
 
-from django.db import connections
 from django.db.models.base import ModelState
 from django.utils import timezone
 
-from . import db, signals, tracing
+from . import db, signals, tracing, wakeups
 from .calls import CallOptions
 from .conf import get_config
 from .context import current_job
@@ -110,60 +108,6 @@ def _to_job(row: dict[str, Any], alias: str) -> Job:
     return Job.from_db(alias, fields, [row[name] for name in fields])
 
 
-#: Seconds during which a process sends at most one notification per queue: NOTIFY serializes
-#: commits (docs/explanation/notifications.md, docs/explanation/notify-in-transactions.md).
-NOTIFY_COALESCE_SECONDS = 0.01
-#: When this process last delivered a notification, per (database alias, queue).
-_last_notified: dict[tuple[str, str], float] = {}
-
-
-def _notified_recently(alias: str, queue: str) -> bool:
-    """True when this process delivered a notification for ``queue`` less than
-    NOTIFY_COALESCE_SECONDS ago: a job committed now is seen by the woken workers' next claim."""
-    last = _last_notified.get((alias, queue), float("-inf"))
-    return time.monotonic() - last < NOTIFY_COALESCE_SECONDS
-
-
-def _delivered(alias: str, queue: str) -> None:
-    _last_notified[(alias, queue)] = time.monotonic()
-
-
-def _notify_after_commit(alias: str, queue: str) -> None:
-    if not _notified_recently(alias, queue):
-        db.execute(connections[alias], "notify_queue", {"queue": queue})
-        _delivered(alias, queue)
-
-
-def _wake_after_commit(alias: str, queue: str):
-    """The on_commit callback for one wake-up: a named function, not a functools.partial
-    (Django 5.2 logs a failed robust callback by its ``__qualname__``, which a partial lacks, so
-    the logging itself would raise out of the caller's commit)."""
-
-    def wake_queue_after_commit() -> None:
-        _notify_after_commit(alias, queue)
-
-    return wake_queue_after_commit
-
-
-def _wakes_after_commit(connection) -> bool:
-    """Inside ``transaction.atomic()`` the wake-up goes out after the commit, not with the
-    INSERT: a NOTIFY in the caller's transaction would hold the cluster-wide notify lock through
-    its commit, so every such transaction would commit alone. Only when Django will run
-    ``on_commit`` callbacks at that commit (not under manual transaction management)."""
-    return connection.in_atomic_block and connection.commit_on_exit
-
-
-def _notify_in_statement(connection, params: dict[str, Any]) -> bool:
-    """Whether the INSERT itself notifies. In autocommit it commits at once: skip when this
-    process notified the queue less than NOTIFY_COALESCE_SECONDS ago. Under manual transaction
-    management the notification is delivered at a commit that may come much later: always send
-    it (PostgreSQL folds a transaction's identical notifications into one). A job that is not
-    due now sends none (the SQL checks) and does not count."""
-    if not connection.get_autocommit() or params["run_after"] is not None:
-        return True
-    return not _notified_recently(connection.alias, params["queue"])
-
-
 def enqueue_call(
     definition: JobSpec, options: CallOptions, args: tuple | list, kwargs: dict
 ) -> Job:
@@ -172,8 +116,8 @@ def enqueue_call(
     params = _row_params(definition, options, args, kwargs)
     if params["unique_key"] is not None:
         rules = rules_for(definition, options)
-        if not rules.waiting:
-            _hand_over_own_key(params["unique_key"])
+        if not rules.waiting and rules.throttle is None:  # a throttled one: in its statement
+            _hand_over_own_key([params["unique_key"]])
         if not rules.plain:
             return _enqueue_keyed(definition, options, (args, kwargs), params, rules)
     elif _rules_without_key(definition, options):
@@ -183,17 +127,23 @@ def enqueue_call(
         )
     config = get_config()
     connection = db.jobs_connection()
-    after_commit = config.LISTEN_NOTIFY and _wakes_after_commit(connection)
-    notify = config.LISTEN_NOTIFY and not after_commit and _notify_in_statement(connection, params)
+    after_commit = config.LISTEN_NOTIFY and wakeups.wakes_after_commit(connection)
+    notify = (
+        config.LISTEN_NOTIFY
+        and not after_commit
+        and wakeups.notify_in_statement(connection, params)
+    )
     rows = db.execute_prepared(connection, "enqueue_job", {**params, "notify": notify})
     if notify and rows and params["run_after"] is None and connection.get_autocommit():
-        _delivered(connection.alias, params["queue"])  # the statement has committed
+        wakeups.delivered(connection.alias, params["queue"])  # the statement has committed
     if rows:
         (row,) = rows
         if after_commit and row["run_after"] <= row["created_at"]:  # due now
             # discarded with the job if the transaction (or its savepoint) rolls back; the
             # skip rule is applied at the commit, against notifications really delivered
-            connection.on_commit(_wake_after_commit(connection.alias, params["queue"]), robust=True)
+            connection.on_commit(
+                wakeups.wake_after_commit(connection.alias, params["queue"]), robust=True
+            )
         sent = [(list(args), dict(kwargs), params["unique_key"])]
         (job,) = _jobs_from_inserted(
             [row["id"]],
@@ -226,12 +176,15 @@ def _enqueue_keyed(
         statement = "enqueue_job_waiting"
     config = get_config()
     connection = db.jobs_connection()
-    after_commit = config.LISTEN_NOTIFY and _wakes_after_commit(connection)
+    after_commit = config.LISTEN_NOTIFY and wakeups.wakes_after_commit(connection)
     key = params["unique_key"]
+    running = current_job()
     statement_params = {
         **params,
         **rules.params(key),
         "notify": config.LISTEN_NOTIFY and not after_commit,
+        "running_id": running.id if running else None,  # the throttled hand-over
+        "running_token": running.claim_token if running else None,
     }
     rows = db.execute(connection, statement, statement_params)
     if not rows:
@@ -245,7 +198,7 @@ def _enqueue_keyed(
     job = _to_job(row, connection.alias)
     job.enqueue_outcome = outcome
     if after_commit and job.run_after <= timezone.now():  # due now
-        connection.on_commit(_wake_after_commit(connection.alias, job.queue), robust=True)
+        connection.on_commit(wakeups.wake_after_commit(connection.alias, job.queue), robust=True)
     signals.job_enqueued.send(
         sender=Job, job=job, created=outcome is EnqueueOutcome.CREATED, outcome=outcome
     )
@@ -259,16 +212,17 @@ def _rules_without_key(definition: JobSpec, options: CallOptions) -> bool:
     return definition.gives_unique_rules() or options.gives_unique_rules()
 
 
-def _hand_over_own_key(unique_key: str) -> None:
+def _hand_over_own_key(unique_keys: list[str | None]) -> None:
     """A running job enqueueing its own key (scope ``in_flight``) gives it to the job it
     enqueues: without this, the new job would find the key held by the running one and a job
-    that reschedules itself would end its chain."""
+    that reschedules itself would end its chain. No statement outside a job, nor without keys."""
     running = current_job()
-    if running is not None:
+    keys = [key for key in unique_keys if key is not None]
+    if running is not None and keys:
         db.execute(
             db.jobs_connection(),
             "hand_over_unique_key",
-            {"id": running.id, "token": running.claim_token, "unique_key": unique_key},
+            {"id": running.id, "token": running.claim_token, "unique_keys": keys},
         )
 
 
@@ -296,12 +250,18 @@ def _unsaved(params: dict[str, Any], call: tuple, alias: str) -> Job:
         },
         args=list(args),
         kwargs=dict(kwargs),
-        unique_key=params["throttle_key"],
+        unique_key=params["unique_key"],  # the key in the column of its scope
+        waiting_key=params["waiting_key"],
+        kept_waiting_key=params["waiting_key"],
         task_backend=params["task_backend"],
         run_after=params["run_after"] or timezone.now(),
     )
     job._state.db = alias
     return job
+
+
+#: The parameters of enqueue_jobs every call shares (enqueue_many has no task backend).
+_MANY_SHARED = "name queue priority run_after max_attempts timeout keep_result trace_context_json"
 
 
 def enqueue_many(
@@ -311,7 +271,8 @@ def enqueue_many(
 
     ``calls`` yields either an ``args`` tuple/list or an ``(args, kwargs)`` pair whose second
     item is a dict. Jobs whose unique key is already in flight are skipped: the returned list
-    holds the inserted jobs only.
+    holds the inserted jobs only. A running job enqueueing its own key hands it over, as with
+    ``enqueue()``.
     """
     if not rules_for(definition, options).plain:
         raise ValueError(
@@ -322,23 +283,13 @@ def enqueue_many(
     inputs, columns = _many_calls(definition, options, calls)
     if not inputs:
         return []
-    params = _shared_params(definition, options)
+    _hand_over_own_key(columns["unique_keys"])
+    params, notify = _shared_params(definition, options), get_config().LISTEN_NOTIFY
     connection = db.jobs_connection()
     rows = db.execute_prepared(
         connection,
         "enqueue_jobs",
-        {
-            **columns,
-            "name": params["name"],
-            "queue": params["queue"],
-            "priority": params["priority"],
-            "run_after": params["run_after"],
-            "max_attempts": params["max_attempts"],
-            "timeout": params["timeout"],
-            "keep_result": params["keep_result"],
-            "trace_context_json": params["trace_context_json"],
-            "notify": get_config().LISTEN_NOTIFY,
-        },
+        {**columns, **{name: params[name] for name in _MANY_SHARED.split()}, "notify": notify},
     )
     (row,) = rows
     jobs = _jobs_from_inserted(
@@ -424,6 +375,7 @@ def _jobs_from_inserted(
         "result": None,
         "task_backend": params["task_backend"],
         "waiting_key": None,
+        "kept_waiting_key": None,
         "enqueue_outcome": EnqueueOutcome.CREATED,
         "trace_context": params["trace_context"],
     }

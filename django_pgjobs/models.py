@@ -61,6 +61,8 @@ class Job(models.Model):
         help_text="The unique key of a job enqueued with unique_scope='waiting': held until a "
         "worker takes the job (the claim clears it).",
     )
+    # waiting_key as enqueued, kept when the claim clears it: a job back unstarted takes it back
+    kept_waiting_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     timeout = models.FloatField(
         null=True, blank=True, help_text="Seconds this job may run (.using(timeout=...))."
     )
@@ -216,6 +218,8 @@ class DeadLetter(models.Model):
     attempts = models.IntegerField(default=0)
     max_attempts = models.IntegerField(default=1)
     unique_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 (NULL: no key)
+    # the key of a job of the unique scope 'waiting' (unique_key: of 'in_flight'): requeued with it
+    waiting_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     timeout = models.FloatField(
         null=True, blank=True, help_text="Seconds this job may run (.using(timeout=...))."
     )
@@ -381,68 +385,5 @@ class Dashboard(Job):
         default_permissions = ()
 
 
-class Schedule(models.Model):
-    """A recurring job: its job is enqueued at each fire time of ``cron`` in ``time_zone``,
-    once whichever workers run (``ScheduleFire``). Declared in code (``@job(cron=...)``,
-    synced when a worker starts; the code owns its definition) or added in the admin."""
-
-    SOURCES = [("code", "declared in code"), ("admin", "added in the admin")]
-
-    id = models.BigAutoField(primary_key=True)
-    name = models.CharField(max_length=255, unique=True)
-    job_name = models.CharField(max_length=255, help_text="Registered name of the job.")
-    cron = models.CharField(
-        max_length=255, help_text="Five fields (minute hour day month weekday) or @hourly, ..."
-    )
-    time_zone = models.CharField(
-        max_length=64, blank=True, default="", help_text="IANA name; empty: the project's."
-    )
-    args = models.JSONField(default=list, blank=True)
-    kwargs = models.JSONField(default=dict, blank=True)
-    catch_up = models.PositiveSmallIntegerField(
-        default=1,
-        help_text="Fire times missed while no worker ran that still run, most recent first "
-        "(0: skip them).",
-    )
-    paused = models.BooleanField(default=False, help_text="A paused schedule fires nothing.")
-    source = models.CharField(max_length=8, choices=SOURCES, default="admin")
-    next_fire_at = models.DateTimeField(null=True, blank=True)
-    last_fire_at = models.DateTimeField(null=True, blank=True)
-    last_job_id = models.BigIntegerField(null=True, blank=True)
-    changed_at = models.DateTimeField(
-        default=timezone.now, help_text="Last change of its definition or pause."
-    )
-
-    class Meta:
-        db_table = "pgjobs_schedule"
-        ordering = ["name"]
-        # the scheduler's look: active schedules by next fire time
-        indexes = [
-            models.Index("next_fire_at", name="pgjobs_schedule_due_idx", condition=Q(paused=False))
-        ]
-
-    def __str__(self) -> str:
-        return self.name
-
-
-class ScheduleFire(models.Model):
-    """One fire time of a schedule and the job it enqueued: the unique (schedule, fire time)
-    pair is what makes each fire time run once, whichever workers try (invariant 17)."""
-
-    id = models.BigAutoField(primary_key=True)
-    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="fires")
-    fire_time = models.DateTimeField()
-    job_id = models.BigIntegerField(help_text="Id of the job enqueued in pgjobs_job.")
-    manual = models.BooleanField(default=False, help_text="Run now from the admin.")
-    fired_at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        db_table = "pgjobs_schedule_fire"
-        ordering = ["-fire_time"]
-        constraints = [
-            models.UniqueConstraint("schedule", "fire_time", name="pgjobs_schedule_fire_once")
-        ]
-        indexes = [models.Index("fired_at", name="pgjobs_schedule_fired_idx")]
-
-    def __str__(self) -> str:
-        return f"{self.schedule_id} @ {self.fire_time:%Y-%m-%d %H:%M}"
+# The recurring jobs' tables (their own module, imported here so Django finds them).
+from .schedule_models import Schedule, ScheduleFire  # noqa: E402, F401

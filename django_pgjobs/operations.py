@@ -35,6 +35,8 @@ Connection = BaseDatabaseWrapper
 
 #: The partial unique index of jobs' unique keys while they are ready or running.
 UNIQUE_KEY_IN_FLIGHT = "pgjobs_job_unique_key_in_flight"
+#: The unique indexes a requeue's insert may hit when a concurrent enqueue takes a key.
+REQUEUE_KEY_INDEXES = (UNIQUE_KEY_IN_FLIGHT, "pgjobs_job_waiting_key")
 
 
 # -- claiming and finishing ---------------------------------------------------------------------
@@ -322,8 +324,9 @@ def terminate_backends(connection: Connection, pids: Sequence[int]) -> int:
 def requeue_dead_letters(connection: Connection, ids: Sequence[int]) -> list[int]:
     """Move dead letters back as fresh jobs in one statement; returns the new job ids.
 
-    A dead letter whose unique key is held by a ready or running job stays, and of several
-    selected dead letters sharing a key only the newest is requeued. When a concurrent enqueue
+    A dead letter whose unique key is held by a ready or running job (scope ``waiting``: by a
+    waiting job) stays, and of several selected dead letters sharing a key only the newest is
+    requeued; one of the scope ``waiting`` waits holding its key again. When a concurrent enqueue
     or requeue inserts the same key between the statement's check and its insert, the statement
     fails as a whole (nothing moved) inside a savepoint and runs once more: the second run sees
     the committed job and leaves that dead letter where it is.
@@ -335,7 +338,7 @@ def requeue_dead_letters(connection: Connection, ids: Sequence[int]) -> list[int
                 return db.ids_of(db.execute(connection, "requeue_dead_letters", params))
         except IntegrityError as error:
             diag = getattr(error.__cause__, "diag", None)
-            if last_try or getattr(diag, "constraint_name", None) != UNIQUE_KEY_IN_FLIGHT:
+            if last_try or getattr(diag, "constraint_name", None) not in REQUEUE_KEY_INDEXES:
                 raise
     raise AssertionError("unreachable")
 

@@ -415,10 +415,10 @@ def test_sigkill_mid_drain_with_big_batches_loses_nothing(start_worker, other_co
 
 
 def test_producers_coalesce_notifications_outside_transactions(other_connection, monkeypatch):
-    from django_pgjobs import enqueueing
+    from django_pgjobs import wakeups
 
-    monkeypatch.setattr(enqueueing, "NOTIFY_COALESCE_SECONDS", 60)
-    monkeypatch.setattr(enqueueing, "_last_notified", {})
+    monkeypatch.setattr(wakeups, "NOTIFY_COALESCE_SECONDS", 60)
+    monkeypatch.setattr(wakeups, "_last_notified", {})
     other_connection.execute("LISTEN pgjobs")
     demo.record.enqueue("a")
     demo.record.enqueue("b")  # within the window: no second notification
@@ -433,10 +433,10 @@ def test_transactions_notify_after_their_commit_coalesced_and_never_for_a_rollba
     """Inside transaction.atomic() the wake-up is sent after the commit, by the same rule as
     in autocommit, counted from notifications really delivered: a rolled-back transaction sent
     none, so the next commit still wakes the workers."""
-    from django_pgjobs import enqueueing
+    from django_pgjobs import wakeups
 
-    monkeypatch.setattr(enqueueing, "NOTIFY_COALESCE_SECONDS", 60)
-    monkeypatch.setattr(enqueueing, "_last_notified", {})
+    monkeypatch.setattr(wakeups, "NOTIFY_COALESCE_SECONDS", 60)
+    monkeypatch.setattr(wakeups, "_last_notified", {})
     other_connection.execute("LISTEN pgjobs")
     with pytest.raises(RuntimeError), transaction.atomic():
         demo.record.enqueue("rolled back")
@@ -461,10 +461,10 @@ def test_transactions_notify_after_their_commit_coalesced_and_never_for_a_rollba
 def test_manual_transactions_notify_with_the_insert(other_connection, monkeypatch):
     """Without transaction.atomic() no on_commit callback runs at the commit, which may come
     long after: the INSERT carries its notification, whatever was sent before."""
-    from django_pgjobs import enqueueing
+    from django_pgjobs import wakeups
 
-    monkeypatch.setattr(enqueueing, "NOTIFY_COALESCE_SECONDS", 60)
-    monkeypatch.setattr(enqueueing, "_last_notified", {})
+    monkeypatch.setattr(wakeups, "NOTIFY_COALESCE_SECONDS", 60)
+    monkeypatch.setattr(wakeups, "_last_notified", {})
     other_connection.execute("LISTEN pgjobs")
     demo.record.enqueue("autocommit")
     transaction.set_autocommit(False)
@@ -480,11 +480,11 @@ def test_manual_transactions_notify_with_the_insert(other_connection, monkeypatc
 def test_a_woken_worker_looks_again_for_jobs_whose_notification_was_skipped(monkeypatch):
     import threading
 
-    from django_pgjobs import enqueueing
+    from django_pgjobs import wakeups
     from django_pgjobs.worker import Worker
 
-    monkeypatch.setattr(enqueueing, "NOTIFY_COALESCE_SECONDS", 60)
-    monkeypatch.setattr(enqueueing, "_last_notified", {})
+    monkeypatch.setattr(wakeups, "NOTIFY_COALESCE_SECONDS", 60)
+    monkeypatch.setattr(wakeups, "_last_notified", {})
     worker = Worker(listen=True, poll_interval=30, install_signal_handlers=False)
     thread = threading.Thread(target=worker.run)
     thread.start()

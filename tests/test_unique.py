@@ -17,9 +17,9 @@ from django.db.models import F
 from django.utils import timezone
 from helpers import ROOT, database_url_for_tests, run_worker, wait_until
 
-from django_pgjobs import EnqueueOutcome, enqueue_many, job, operations, signals
+from django_pgjobs import EnqueueOutcome, db, enqueue_many, job, operations, signals
 from django_pgjobs.context import reset_current_job, set_current_job
-from django_pgjobs.models import Job, ThrottleWindow
+from django_pgjobs.models import DeadLetter, Job, ThrottleWindow
 from django_pgjobs.worker.faults import DispatcherDatabase
 from django_pgjobs.worker.maintenance import PruneConfig, Pruner
 from django_pgjobs.worker.stopping import StopState
@@ -75,6 +75,13 @@ def claim_all() -> list[operations.ClaimedJob]:
     return operations.complete(connection, claim=claims.take(100)).claimed
 
 
+def fail_for_retry(claimed: operations.ClaimedJob) -> None:
+    """The claimed job fails and waits for its retry, due in five minutes (as a worker does)."""
+    error = json.dumps([{"type": "RuntimeError", "message": "boom", "attempt": claimed.attempts}])
+    params = {"id": claimed.id, "token": claimed.claim_token, "delay_seconds": 300, "error": error}
+    assert db.execute(connection, "retry_job", params)
+
+
 # -- the default scope: in flight ----------------------------------------------------------------
 
 
@@ -108,6 +115,56 @@ def test_the_scope_waiting_frees_the_key_when_a_worker_takes_the_job():
     # the running one fails and comes back to wait: no conflict, it no longer holds the key
     Job.objects.filter(pk=first.pk).update(status="ready", claim_token=None)
     assert refresh_prices.enqueue().enqueue_outcome == SKIPPED
+
+
+def test_the_scope_waiting_a_job_handed_back_unstarted_takes_its_key_back():
+    first = refresh_prices.enqueue()
+    (claimed,) = claim_all()
+    assert operations.release_jobs(connection, [claimed]) == {first.pk}  # graceful shutdown
+    assert refresh_prices.enqueue().pk == first.pk  # skipped: it holds its key again
+    (claimed,) = claim_all()
+    handed = operations.defer_unknown_jobs(connection, [claimed], grace_seconds=600, delay=0)
+    assert handed == {first.pk} and refresh_prices.enqueue().pk == first.pk
+    claim_all()  # held, never started, its worker gone: the rescue gives it back
+    expired = timezone.now() - timedelta(seconds=1)
+    Job.objects.filter(pk=first.pk).update(started_at=None, lease_expires_at=expired)
+    assert operations.rescue(connection).returned_unstarted == 1
+    assert Job.objects.get(pk=first.pk).waiting_key == "refresh-prices"
+    # a job enqueued while it was out keeps the key; the one handed back waits without one
+    (claimed,) = claim_all()
+    second = refresh_prices.enqueue()
+    operations.release_jobs(connection, [claimed])
+    assert list(Job.objects.filter(waiting_key__isnull=False).values_list("pk", flat=True)) == [
+        second.pk
+    ]
+    # two of one key handed back in one statement: one takes it
+    assert len(operations.release_jobs(connection, claim_all())) == 2
+    assert Job.objects.filter(waiting_key="refresh-prices").count() == 1
+
+
+def test_the_scope_waiting_a_requeued_dead_letter_waits_holding_its_key():
+    refresh_prices.enqueue()
+    (claimed,) = claim_all()
+    error = json.dumps([{"type": "RuntimeError", "message": "boom"}])
+    params = {"reason": "r", "error_type": "RuntimeError", "error": error}
+    params.update(id=claimed.id, token=claimed.claim_token)
+    assert db.execute(connection, "dead_letter_job", params)
+    dead = DeadLetter.objects.get()
+    assert (dead.unique_key, dead.waiting_key) == (None, "refresh-prices")
+    waiting = refresh_prices.enqueue()
+    assert operations.requeue_dead_letters(connection, [dead.pk]) == []  # held: it stays
+    Job.objects.filter(pk=waiting.pk).delete()
+    (requeued,) = operations.requeue_dead_letters(connection, [dead.pk])
+    assert Job.objects.get(pk=requeued).waiting_key == "refresh-prices"
+    assert refresh_prices.enqueue().pk == requeued
+
+
+def test_the_scope_waiting_does_not_keep_two_runs_of_a_key_apart():
+    refresh_prices.enqueue()
+    claim_all()  # the first runs
+    refresh_prices.enqueue()
+    claim_all()  # the one waiting is taken as soon as it is due
+    assert Job.objects.filter(status="running", name=refresh_prices.name).count() == 2
 
 
 def test_the_admin_finds_a_job_by_its_waiting_key(admin_client):
@@ -177,6 +234,22 @@ def test_debounce_leaves_a_running_holder_alone():
     assert Job.objects.get(pk=waiting.pk).kwargs == {"title": "d"}
 
 
+def test_debounce_of_a_job_waiting_for_its_retry_gives_the_newer_call_its_whole_budget():
+    first = reindex_document.using(max_attempts=2).enqueue(8, title="draft")
+    (claimed,) = claim_all()
+    fail_for_retry(claimed)  # attempt 1 of 2 spent, its retry due in five minutes
+    later = reindex_document.enqueue(8, title="final")
+    stored = Job.objects.get()
+    assert (later.enqueue_outcome, stored.pk, stored.kwargs) == (
+        REPLACED,
+        first.pk,
+        {"title": "final"},
+    )
+    # the newer call's tries, all of them (attempt 1 is not run again: the next is attempt 2)
+    assert (stored.attempts, stored.max_attempts) == (1, 1 + reindex_document.get_max_attempts())
+    assert stored.run_after <= timezone.now() and len(stored.errors) == 1
+
+
 def test_eight_producer_processes_debouncing_one_key_leave_one_job_with_the_last_arguments():
     results = producers("reindex", processes=8, calls=100)
     outcomes = [outcome for result in results for outcome in result["outcomes"]]
@@ -223,6 +296,48 @@ def test_a_short_throttle_opens_the_next_window_when_the_period_is_over():
     assert second.created_at - first.created_at >= timedelta(seconds=0.5)
 
 
+def test_a_throttled_job_enqueueing_its_own_key_hands_it_over_only_when_the_window_opens():
+    held = sync_account.enqueue(7)  # opens the window for ten seconds
+    (claimed,) = claim_all()
+    token = set_current_job(claimed)
+    try:
+        skipped = sync_account.enqueue(7)  # the window is open: skipped, the key stays
+    finally:
+        reset_current_job(token)
+    assert (skipped.enqueue_outcome, skipped.pk) == (SKIPPED, held.pk)
+    assert Job.objects.get(pk=held.pk).unique_key == "sync:7"
+    other = refresh_report.using(unique_key="sync:7").enqueue(1)
+    assert (other.enqueue_outcome, other.pk) == (SKIPPED, held.pk)  # held while it runs
+    ThrottleWindow.objects.update(ends_at=timezone.now() - timedelta(seconds=1))
+    token = set_current_job(claimed)
+    try:
+        successor = sync_account.enqueue(7)  # the window opens: handed over in the statement
+    finally:
+        reset_current_job(token)
+    assert successor.enqueue_outcome == CREATED and successor.unique_key == "sync:7"
+    assert Job.objects.get(pk=held.pk).unique_key is None
+
+
+def test_a_throttled_skip_with_no_holder_returns_the_unsaved_job_with_its_scopes_key():
+    first = sync_account.using(unique_scope="waiting").enqueue(9)
+    claim_all()
+    Job.objects.filter(pk=first.pk).delete()  # done; its window stays open
+    skipped = sync_account.using(unique_scope="waiting").enqueue(9)
+    assert (skipped.enqueue_outcome, skipped.pk) == (SKIPPED, None)
+    assert (skipped.unique_key, skipped.waiting_key) == (None, "sync:9")
+    Job.objects.filter(pk=sync_account.enqueue(10).pk).delete()  # the scope 'in_flight'
+    skipped = sync_account.enqueue(10)
+    assert (skipped.pk, skipped.unique_key, skipped.waiting_key) == (None, "sync:10", None)
+
+
+def test_the_throttle_window_is_the_key_strings_across_scopes_and_job_names():
+    assert sync_account.enqueue(12).enqueue_outcome == CREATED
+    Job.objects.all().delete()  # done: only the window is left
+    assert sync_account.using(unique_scope="waiting").enqueue(12).enqueue_outcome == SKIPPED
+    other = refresh_report.using(unique_key="sync:12", throttle=10).enqueue(1)
+    assert other.enqueue_outcome == SKIPPED and not Job.objects.exists()
+
+
 def test_the_pruner_deletes_ended_throttle_windows_only():
     sync_account.enqueue(1)
     sync_account.enqueue(2)
@@ -267,6 +382,18 @@ def test_the_hand_over_is_the_running_jobs_own_and_fenced():
     assert (other.enqueue_outcome, successor.enqueue_outcome) == (CREATED, CREATED)
     assert Job.objects.get(pk=held.pk).unique_key is None
     assert Job.objects.get(pk=successor.pk).unique_key == "report:3"
+
+
+def test_enqueue_many_of_the_running_jobs_own_key_hands_it_over():
+    held = refresh_report.enqueue(11)
+    (claimed,) = claim_all()
+    token = set_current_job(claimed)
+    try:
+        made = enqueue_many(refresh_report, [(11,), (12,)])
+    finally:
+        reset_current_job(token)
+    assert [job.unique_key for job in made] == ["report:11", "report:12"]
+    assert Job.objects.get(pk=held.pk).unique_key is None
 
 
 # -- validation ----------------------------------------------------------------------------------

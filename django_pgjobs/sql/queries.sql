@@ -32,24 +32,32 @@ FROM inserted;
 
 -- part: insert_keyed_job
 -- The INSERT of one job with a unique key, as a SELECT (a statement may add a WHERE):
--- `unique_key` holds the key for the scope 'in_flight', `waiting_key` for 'waiting'.
+-- `unique_key` holds the key for the scope 'in_flight', `waiting_key` for 'waiting' (and
+-- `kept_waiting_key`, which the claim leaves: see restore_waiting_keys).
 INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
-                        max_attempts, unique_key, waiting_key, timeout, created_at, worker,
-                        errors, keep_result, task_backend)
+                        max_attempts, unique_key, waiting_key, kept_waiting_key, timeout,
+                        created_at, worker, errors, keep_result, task_backend)
 SELECT %(name)s::text, %(queue)s::text, %(priority)s::smallint, %(args)s::jsonb,
        %(kwargs)s::jsonb, 'ready', COALESCE(%(run_after)s::timestamptz, now()), 0,
-       %(max_attempts)s::int, %(unique_key)s::text, %(waiting_key)s::text, %(timeout)s::float8,
-       now(), '', '[]'::jsonb, %(keep_result)s::boolean, %(task_backend)s::text
+       %(max_attempts)s::int, %(unique_key)s::text, %(waiting_key)s::text, %(waiting_key)s::text,
+       %(timeout)s::float8, now(), '', '[]'::jsonb, %(keep_result)s::boolean,
+       %(task_backend)s::text
 
 -- part: debounce_waiting_job
 -- The conflict action of a debounced enqueue: the waiting job holding the key takes the newer
 -- arguments (`replace_args`) and/or due time (`move_run_after`). A running holder (scope
--- 'in_flight') is left alone: no row comes back, the enqueue is skipped.
+-- 'in_flight') is left alone: no row comes back, the enqueue is skipped. A holder waiting for
+-- its retry (attempts > 0) becomes the newer call with the newer call's whole budget: its
+-- max_attempts is raised to its spent attempts plus the call's (its attempt numbers stay used, so
+-- no number runs twice, as the rescue does; its error history is kept).
 DO UPDATE SET
     args = CASE WHEN %(replace_args)s::boolean THEN EXCLUDED.args ELSE pgjobs_job.args END,
     kwargs = CASE WHEN %(replace_args)s::boolean THEN EXCLUDED.kwargs ELSE pgjobs_job.kwargs END,
     run_after = CASE WHEN %(move_run_after)s::boolean THEN EXCLUDED.run_after
-                     ELSE pgjobs_job.run_after END
+                     ELSE pgjobs_job.run_after END,
+    max_attempts = CASE WHEN pgjobs_job.attempts > 0
+                        THEN pgjobs_job.attempts + EXCLUDED.max_attempts
+                        ELSE pgjobs_job.max_attempts END
 WHERE pgjobs_job.status = 'ready'
 RETURNING pgjobs_job.*, pgjobs_job.xmax = 0 AS created
 
@@ -100,11 +108,22 @@ WITH written AS (
 -- name: enqueue_job_throttled
 -- A throttled enqueue, scope 'in_flight': inserted only if it opens the key's window and the
 -- key is free. (A window opened by an enqueue skipped because the key is still held stays open:
--- at most one job per window, the one in flight.)
+-- at most one job per window, the one in flight.) A running job enqueueing its own key
+-- (`running_id`, `running_token`; NULL otherwise) hands it over here, only when the window
+-- opens, so the insert that follows takes it: a skipped self-enqueue leaves the key with the
+-- running job. `handed` is read by the insert's WHERE, so it has run before the insert checks
+-- the index (a row this statement updated no longer conflicts).
 WITH opened AS ({{open_throttle_window}}),
+handed AS (
+    UPDATE pgjobs_job SET unique_key = NULL
+    WHERE id = %(running_id)s::bigint AND claim_token = %(running_token)s::uuid
+      AND status = 'running' AND unique_key = %(unique_key)s::text
+      AND EXISTS (SELECT FROM opened)
+    RETURNING id
+),
 written AS (
     {{insert_keyed_job}}
-    WHERE EXISTS (SELECT FROM opened)
+    WHERE EXISTS (SELECT FROM opened) AND (SELECT count(*) FROM handed) >= 0
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
     DO NOTHING
     RETURNING *, true AS created
@@ -127,12 +146,14 @@ written AS (
 SELECT * FROM pgjobs_job WHERE waiting_key = %(unique_key)s;
 
 -- name: hand_over_unique_key
--- A running job enqueueing its own unique key (scope 'in_flight') hands it over: its row stops
+-- A running job enqueueing its own unique key (scope 'in_flight', not throttled: the throttled
+-- statement hands over itself) hands it over: its row stops
 -- holding the key, so the job it enqueues can take it (the self-rescheduling job); fenced by its
 -- claim token. Run just before that enqueue, in the same transaction when there is one.
+-- enqueue_many gives the keys of its calls (`unique_keys`), enqueue the one.
 UPDATE pgjobs_job SET unique_key = NULL
 WHERE id = %(id)s AND claim_token = %(token)s::uuid AND status = 'running'
-  AND unique_key = %(unique_key)s
+  AND unique_key = ANY(%(unique_keys)s::text[])
 RETURNING id;
 
 -- name: prune_throttle_windows
@@ -367,41 +388,73 @@ WITH moved AS (
 -- attempt ending was a held job's whose start was not recorded yet, set here) into
 -- pgjobs_deadletter.
 INSERT INTO pgjobs_deadletter (job_id, name, queue, priority, args, kwargs, attempts,
-                               max_attempts, unique_key, timeout, reason, error_type, errors,
-                               created_at, started_at, first_started_at, failed_at, keep_result,
-                               task_backend)
+                               max_attempts, unique_key, waiting_key, timeout, reason,
+                               error_type, errors, created_at, started_at, first_started_at,
+                               failed_at, keep_result, task_backend)
 SELECT id, name, queue, priority, args, kwargs, attempts, max_attempts,
-       unique_key, timeout, reason, error_type, errors || error, created_at,
+       unique_key, kept_waiting_key, timeout, reason, error_type, errors || error, created_at,
        CASE WHEN unrecorded_start THEN now() ELSE started_at END,
        COALESCE(first_started_at, started_at, CASE WHEN unrecorded_start THEN now() END),
        now(), keep_result, task_backend
 FROM moved
 RETURNING id
 
+-- part: restore_waiting_keys
+-- The rows of the CTE `back` (ids of jobs this statement puts back to 'ready' unstarted) that
+-- take their key of the scope 'waiting' back, as they held it before the claim: one per key,
+-- never a job that failed before (a retry holds no key), and only when no waiting job holds the
+-- key now (pgjobs_job_waiting_key; a job enqueued meanwhile keeps it, the returned one then
+-- waits without a key). A guard in the statement, not ON CONFLICT: an UPDATE that would break
+-- the unique index fails whole.
+SELECT DISTINCT ON (j.kept_waiting_key) j.id
+FROM pgjobs_job AS j
+JOIN back USING (id)
+WHERE j.kept_waiting_key IS NOT NULL AND j.errors = '[]'::jsonb
+  AND NOT EXISTS (SELECT FROM pgjobs_job AS w WHERE w.waiting_key = j.kept_waiting_key)
+ORDER BY j.kept_waiting_key, j.id
+
 -- name: release_jobs
 -- Hand claimed-but-unstarted jobs back without spending their attempt (graceful shutdown):
--- the claim numbered it, the hand-back takes the number back.
+-- the claim numbered it, the hand-back takes the number back; a job of the scope 'waiting'
+-- takes its key back (restore_waiting_keys).
+WITH back AS (
+    SELECT j.id
+    FROM pgjobs_job AS j
+    JOIN unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS handed(id, token) ON j.id = handed.id
+    WHERE j.claim_token = handed.token AND j.status = 'running'
+),
+keyed AS ({{restore_waiting_keys}})
 UPDATE pgjobs_job AS j
 SET status = 'ready', attempts = j.attempts - 1,
-    claim_token = NULL, lease_expires_at = NULL, worker = ''
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS handed(id, token)
-WHERE j.id = handed.id AND j.claim_token = handed.token AND j.status = 'running'
+    claim_token = NULL, lease_expires_at = NULL, worker = '',
+    waiting_key = CASE WHEN j.id IN (SELECT id FROM keyed) THEN j.kept_waiting_key END
+FROM back
+WHERE j.id = back.id
 RETURNING j.id;
 
 -- name: defer_unknown_jobs
 -- Hand back claimed jobs this worker does not know (a later release may), attempt not spent and
 -- start forgotten, due again `delay` seconds from now: only those enqueued less than
 -- `grace_seconds` ago (UNKNOWN_JOB_GRACE_SECONDS); the others are not returned (dead-lettered).
+-- A job of the scope 'waiting' takes its key back (restore_waiting_keys).
+WITH back AS (
+    SELECT j.id
+    FROM pgjobs_job AS j
+    JOIN unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS handed(id, token) ON j.id = handed.id
+    WHERE j.claim_token = handed.token AND j.status = 'running'
+      AND j.created_at > now() - %(grace_seconds)s * interval '1 second'
+),
+keyed AS ({{restore_waiting_keys}})
 UPDATE pgjobs_job AS j
 SET status = 'ready', attempts = j.attempts - 1,
     run_after = now() + %(delay)s * interval '1 second',
     started_at = NULL,
     first_started_at = CASE WHEN j.first_started_at = j.started_at THEN NULL
                             ELSE j.first_started_at END,
-    claim_token = NULL, lease_expires_at = NULL, worker = ''
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS handed(id, token)
-WHERE j.id = handed.id AND j.claim_token = handed.token AND j.status = 'running'
-  AND j.created_at > now() - %(grace_seconds)s * interval '1 second'
+    claim_token = NULL, lease_expires_at = NULL, worker = '',
+    waiting_key = CASE WHEN j.id IN (SELECT id FROM keyed) THEN j.kept_waiting_key END
+FROM back
+WHERE j.id = back.id
 RETURNING j.id;
 
 -- name: extend_leases
@@ -422,7 +475,7 @@ RETURNING j.id, j.abort_requested_at IS NOT NULL AS abort_requested;
 -- twice, and its budget is whole), no error, its place in line kept, marked
 -- `returned_unstarted` for good (from then on its start is always recorded before it runs:
 -- a job that kills its worker as it starts gets one start unrecorded at most, then spends its
--- attempts). A
+-- attempts); one of the scope 'waiting' takes its key back (restore_waiting_keys). A
 -- job whose abort was requested is dead-lettered as aborted (never run again). One statement;
 -- SKIP LOCKED lets several workers run it at once.
 WITH expired AS (
@@ -456,9 +509,12 @@ moved AS (
               false AS unrecorded_start
 ),
 dead_lettered AS ({{dead_letter_moved}}),
+back AS (SELECT id FROM expired WHERE NOT expired.started AND NOT expired.exhausted),
+keyed AS ({{restore_waiting_keys}}),
 requeued AS (
     UPDATE pgjobs_job AS j
     SET status = 'ready', claim_token = NULL, lease_expires_at = NULL, worker = '',
+        waiting_key = CASE WHEN j.id IN (SELECT id FROM keyed) THEN j.kept_waiting_key END,
         run_after = CASE WHEN expired.started THEN now() ELSE j.run_after END,
         errors = CASE WHEN expired.started THEN j.errors || expired.error ELSE j.errors END,
         max_attempts = j.max_attempts + (NOT expired.started)::int,
@@ -568,21 +624,24 @@ FROM unnest(%(pids)s::int[]) AS pid;
 -- sharing a key: the NOT EXISTS cannot see rows this statement inserts, so `picked` keeps one per
 -- key. Callers report the ids that did not come back. A job inserted with the same key by a
 -- concurrent transaction still makes the INSERT fail on pgjobs_job_unique_key_in_flight; the
--- whole statement then changes nothing (operations.requeue_dead_letters runs it again).
+-- whole statement then changes nothing (operations.requeue_dead_letters runs it again). The
+-- same for a key of the scope 'waiting' (`waiting_key`): held by a waiting job, the dead letter
+-- stays; requeued, the job waits holding its key again (pgjobs_job_waiting_key).
 WITH picked AS (
     SELECT id
     FROM (
-        SELECT d.id, d.unique_key,
-               row_number() OVER (PARTITION BY d.unique_key ORDER BY d.failed_at DESC, d.id DESC)
-                   AS newest
+        SELECT d.id, COALESCE(d.unique_key, d.waiting_key) AS key,
+               row_number() OVER (PARTITION BY COALESCE(d.unique_key, d.waiting_key)
+                                  ORDER BY d.failed_at DESC, d.id DESC) AS newest
         FROM pgjobs_deadletter AS d
         WHERE d.id = ANY(%(ids)s::bigint[])
           AND NOT EXISTS (
               SELECT 1 FROM pgjobs_job AS j
               WHERE j.unique_key = d.unique_key AND j.status IN ('ready', 'running')
           )
+          AND NOT EXISTS (SELECT 1 FROM pgjobs_job AS j WHERE j.waiting_key = d.waiting_key)
     ) AS candidates
-    WHERE unique_key IS NULL OR newest = 1
+    WHERE key IS NULL OR newest = 1
 ),
 moved AS (
     DELETE FROM pgjobs_deadletter AS d
@@ -592,10 +651,10 @@ moved AS (
 ),
 inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
-                            max_attempts, unique_key, timeout, created_at, worker, errors,
-                            keep_result, task_backend)
+                            max_attempts, unique_key, waiting_key, kept_waiting_key, timeout,
+                            created_at, worker, errors, keep_result, task_backend)
     SELECT name, queue, priority, args, kwargs, 'ready', now(), 0, max_attempts, unique_key,
-           timeout, now(), '', errors, keep_result, task_backend
+           waiting_key, waiting_key, timeout, now(), '', errors, keep_result, task_backend
     FROM moved
     RETURNING id, queue
 ),

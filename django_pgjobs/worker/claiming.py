@@ -26,7 +26,7 @@ from .state import DispatcherState
 from .stopping import StopState
 
 # A worker woken by a notification claims again this soon after, for the jobs whose producers
-# skipped their notification (enqueueing.NOTIFY_COALESCE_SECONDS).
+# skipped their notification (wakeups.NOTIFY_COALESCE_SECONDS).
 ECHO_POLL_SECONDS = 0.02
 # A name this worker handed back as unknown (a newer release enqueued it) is left out of its
 # claims this long: a worker that knows it takes the job when it is due again, instead of this
@@ -120,7 +120,7 @@ class Claimer:
         self.more_ready = self._claim_and_dispatch()
         poll = self.options.poll_interval
         # after a wake, look again soon: producers skip notifications sent less than
-        # NOTIFY_COALESCE_SECONDS apart (enqueueing.py)
+        # NOTIFY_COALESCE_SECONDS apart (wakeups.py)
         self.next_poll = time.monotonic() + (min(ECHO_POLL_SECONDS, poll) if woken else poll)
 
     def _claim_and_dispatch(self) -> bool:

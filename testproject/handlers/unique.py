@@ -37,7 +37,8 @@ def sync_account(account_id: int) -> None:
 
 
 # The scope "waiting": one refresh may wait while another runs, so a change made during a
-# refresh is never missed, and refreshes never pile up.
+# refresh is never missed, and refreshes never pile up. Two refreshes may run at once: a worker
+# takes the waiting one when it is due, even while the other still runs.
 @job(queue="unique", unique_key=lambda **_: "refresh-prices", unique_scope="waiting")
 def refresh_prices(hold: str = "") -> None:
     _ran("refresh-prices")
