@@ -443,3 +443,6 @@ class ScheduleFire(models.Model):
 
     def __str__(self) -> str:
         return f"{self.schedule_id} @ {self.fire_time:%Y-%m-%d %H:%M}"
+
+
+from .outbox.models import OutboxDeadLetter, OutboxEvent, OutboxKey, ProcessedEvent  # noqa: E402, F401

@@ -147,6 +147,19 @@ def dump_result(value: Any, max_bytes: int) -> str:
     return text
 
 
+def dump_payload(value: Any, max_bytes: int) -> str:
+    """Validate and serialise an outbox event's payload (the rules of job arguments); returns
+    the JSON text. Raises ``ArgumentsNotJSON`` or ``PayloadTooLarge``; nothing is written."""
+    text = _dump_checked(value, "payload")
+    size = len(text.encode())
+    if size > max_bytes:
+        raise PayloadTooLarge(
+            f"the payload is {size} bytes of JSON, over PGJOBS['MAX_PAYLOAD_BYTES'] = "
+            f"{max_bytes}; store large data elsewhere and publish a reference"
+        )
+    return text
+
+
 def _dump_checked(value: Any, path: str) -> str:
     return _dump_floats_in_full(value) if _check(value, path) else _dumps(value)
 

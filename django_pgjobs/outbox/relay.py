@@ -1,0 +1,182 @@
+"""The relay: claims outbox events, publishes them, deletes the confirmed ones.
+
+``OutboxRelay`` is a maintenance unit (``worker/maintenance.py``): built from ``(db, config,
+publisher)``, ``run_once()`` relays what is ready and returns its counts. ``runjobs`` runs it
+between claims when ``OUTBOX_PUBLISHER`` is set; ``manage.py pgjobs_relay`` runs it alone, for
+relays scaled apart from the workers. Any number of relays share the table:
+
+- a batch is claimed in one statement (``outbox_claim``) with a lease, so relays never block
+  each other; only the oldest event left of each key is claimable, so a key never has two
+  events in flight and goes out in commit order, while the other keys go on;
+- each message is published and confirmed before the next; the batch's confirmed events are
+  deleted in one statement at its end. A relay killed between a confirm and that delete leaves
+  its events to be claimed again when the lease runs out: delivery is at least once, and every
+  message carries the event id for the consumer (``consume_once``) or JetStream to drop the
+  duplicate;
+- a broker that cannot be reached: the batch's unsent events are given back with a backoff
+  (``min(cap, base * 2 ** failures)``) and the relay waits as long before its next run; nothing
+  is lost. A message the broker refuses is dead-lettered (``pgjobs_outbox_deadletter``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+
+from .. import db as db_module
+from ..conf import get_config
+from ..worker.maintenance import MaintenanceUnit
+from .messages import BrokerRefused, Message, Publisher
+from .publishers import build_publisher
+
+logger = logging.getLogger("django_pgjobs.outbox")
+
+
+@dataclass(frozen=True)
+class RelayConfig:
+    batch_size: int = 100  # OUTBOX_BATCH_SIZE
+    lease_seconds: float = 60.0  # OUTBOX_LEASE_SECONDS: a dead relay's events come back after it
+    interval_seconds: float = 1.0  # OUTBOX_POLL_SECONDS: between runs once the backlog is empty
+    retry_base_seconds: float = 1.0
+    retry_cap_seconds: float = 60.0  # OUTBOX_RETRY_CAP_SECONDS
+    budget_seconds: float = 2.0  # longest run inside runjobs (the loop's other units wait)
+    prune_keys_limit: int = 1000
+
+
+@dataclass(frozen=True)
+class RelayCounts:
+    published: int = 0
+    retried: int = 0  # events given back: the broker was unreachable
+    dead_lettered: int = 0  # events the broker refused
+
+    def __add__(self, other: RelayCounts) -> RelayCounts:
+        return RelayCounts(
+            self.published + other.published,
+            self.retried + other.retried,
+            self.dead_lettered + other.dead_lettered,
+        )
+
+
+def _message(row: dict) -> Message:
+    return Message(
+        id=row["id"],
+        topic=row["topic"],
+        key=row["key"],
+        body=row["body"].encode(),
+        headers=json.loads(row["header_text"]),
+        created_at=row["created_at"],
+    )
+
+
+class OutboxRelay(MaintenanceUnit):
+    """Relays the outbox: see the module docstring. ``db`` is a ``DispatcherDatabase`` (or
+    anything with ``connection()``)."""
+
+    def __init__(self, db, config: RelayConfig, publisher: Publisher) -> None:
+        self.db, self.config, self.publisher = db, config, publisher
+        self.failures = 0  # runs in a row that found the broker unreachable
+        super().__init__()
+
+    def first_delay(self) -> float:
+        return 0.0
+
+    def interval(self) -> float:
+        if self.failures:
+            return self.backoff()
+        return self.config.interval_seconds
+
+    def backoff(self) -> float:
+        config = self.config
+        return min(config.retry_cap_seconds, config.retry_base_seconds * 2 ** (self.failures - 1))
+
+    def run_once(self) -> RelayCounts:
+        """Relays batches until one comes back short, the broker fails, or the time budget is
+        spent; returns what it did."""
+        total = RelayCounts()
+        ends_at = time.monotonic() + self.config.budget_seconds
+        while True:
+            counts, claimed = self.relay_batch()
+            total += counts
+            if counts.retried or claimed < self.config.batch_size or time.monotonic() > ends_at:
+                break
+        if not claimed:
+            db_module.execute(
+                self.db.connection(), "outbox_prune_keys", {"limit": self.config.prune_keys_limit}
+            )
+        return total
+
+    def relay_batch(self) -> tuple[RelayCounts, int]:
+        """Claims one batch and publishes it; returns the counts and how many it claimed."""
+        token = str(uuid.uuid4())
+        connection = self.db.connection()
+        rows = db_module.execute(
+            connection,
+            "outbox_claim",
+            {"limit": self.config.batch_size, "lease": self.config.lease_seconds, "token": token},
+        )
+        published: list[int] = []
+        dead_lettered = 0
+        for index, row in enumerate(rows):
+            message = _message(row)
+            try:
+                self.publisher.publish(message)
+            except BrokerRefused as error:
+                logger.error("outbox event #%s dead-lettered: %s", message.id, error)
+                db_module.execute(
+                    connection,
+                    "outbox_dead_letter",
+                    {"id": message.id, "token": token, "error": str(error)},
+                )
+                dead_lettered += 1
+            except Exception as error:
+                self._mark_published(connection, published, token)
+                done = RelayCounts(len(published), 0, dead_lettered)
+                return self._give_back(connection, rows[index:], token, error, done), len(rows)
+            else:
+                published.append(message.id)
+        self._mark_published(connection, published, token)
+        self.failures = 0
+        return RelayCounts(len(published), 0, dead_lettered), len(rows)
+
+    def _mark_published(self, connection, ids: list[int], token: str) -> None:
+        if ids:
+            db_module.execute(connection, "outbox_published", {"ids": ids, "token": token})
+
+    def _give_back(self, connection, rows, token, error, done: RelayCounts) -> RelayCounts:
+        self.failures += 1
+        delay = self.backoff()
+        logger.warning(
+            "outbox: the broker is unavailable (%s: %s); %d event(s) tried again in %.1fs",
+            type(error).__name__,
+            error,
+            len(rows),
+            delay,
+        )
+        ids = [row["id"] for row in rows]
+        text = f"{type(error).__name__}: {error}"[:2000]
+        db_module.execute(
+            connection, "outbox_retry", {"ids": ids, "token": token, "error": text, "delay": delay}
+        )
+        return done + RelayCounts(retried=len(ids))
+
+    def close(self) -> None:
+        self.publisher.close()
+
+
+def relay_config_from_settings(**overrides) -> RelayConfig:
+    config = get_config()
+    values = {
+        "batch_size": config.OUTBOX_BATCH_SIZE,
+        "lease_seconds": config.OUTBOX_LEASE_SECONDS,
+        "interval_seconds": config.OUTBOX_POLL_SECONDS,
+        "retry_cap_seconds": config.OUTBOX_RETRY_CAP_SECONDS,
+    }
+    return RelayConfig(**{**values, **overrides})
+
+
+def relay_from_settings(db, publisher: str, **overrides) -> OutboxRelay:
+    """The relay the settings describe, publishing through ``publisher`` (a setting's value)."""
+    return OutboxRelay(db, relay_config_from_settings(**overrides), build_publisher(publisher))
