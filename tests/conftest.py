@@ -33,9 +33,9 @@ from helpers import MANAGE, ROOT, WorkerProcess, database_url_for_tests, registe
 
 from testproject import throwaway_pg
 
-# The admin's users (superuser, staff_no_perms, viewer) and the browser (browser_page): fixtures
-# for every test module.
-pytest_plugins = ["admin_data", "browser_support"]
+# The admin's users (superuser, staff_no_perms, viewer), the browser (browser_page) and the
+# outbox's relays (start_relay): fixtures for every test module.
+pytest_plugins = ["admin_data", "browser_support", "outbox_support"]
 
 # The directory of the locks that let a test run alone (pytest_runtest_protocol below), made by
 # the controller and shared by its worker processes.

@@ -1,5 +1,6 @@
 """The real brokers of the outbox tests (RabbitMQ at 127.0.0.1:5672, NATS with JetStream at
-127.0.0.1:4222, as on CI) and relay processes (``manage.py pgjobs_relay``)."""
+127.0.0.1:4222, as on CI) and relay processes (``manage.py pgjobs_relay``, the ``start_relay``
+fixture: a plugin of conftest.py). The broker clients are imported when used."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-import pika
 import pytest
 from helpers import MANAGE, ROOT, WorkerProcess, database_url_for_tests
 
@@ -31,6 +31,8 @@ class Received:
 @contextmanager
 def rabbit_queue() -> Iterator[str]:
     """A queue of its own on the default exchange; its name is the topic to publish to."""
+    import pika
+
     name = f"pgjobs-test-{uuid.uuid4().hex[:12]}"
     connection = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
     try:
@@ -43,6 +45,8 @@ def rabbit_queue() -> Iterator[str]:
 
 def rabbit_messages(queue: str, until: Callable[[list[Received]], bool], timeout: float = 60):
     """Consumes ``queue`` (acked) until ``until(received)`` holds; returns what it received."""
+    import pika
+
     connection = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
     received: list[Received] = []
     deadline = time.monotonic() + timeout
@@ -63,6 +67,8 @@ def rabbit_messages(queue: str, until: Callable[[list[Received]], bool], timeout
 
 
 def rabbit_depth(queue: str) -> int:
+    import pika
+
     connection = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
     try:
         return connection.channel().queue_declare(queue, passive=True).method.message_count

@@ -21,7 +21,6 @@ from outbox_support import (
     rabbit_depth,
     rabbit_messages,
     rabbit_queue,
-    start_relay,  # noqa: F401 - a fixture
 )
 from tcp_proxy import TcpProxy
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -41,9 +42,11 @@ class BrokerRefused(Exception):
 
 
 class Publisher(Protocol):
-    """Sends one message and returns once the broker has confirmed it (publisher confirm,
-    JetStream ack); raises ``BrokerRefused`` or anything else (``BrokerUnavailable``)."""
+    """Sends a batch and returns once the broker has answered for each message (publisher
+    confirm, JetStream ack): one outcome per message, in order: None (confirmed),
+    ``BrokerRefused``, or any other exception (unavailable: tried again later). A batch never
+    holds two messages of one key, so they may all be in flight at once."""
 
-    def publish(self, message: Message) -> None: ...
+    def publish_batch(self, messages: Sequence[Message]) -> list[BaseException | None]: ...
 
     def close(self) -> None: ...

@@ -8,8 +8,8 @@ relays scaled apart from the workers. Any number of relays share the table:
 - a batch is claimed in one statement (``outbox_claim``) with a lease, so relays never block
   each other; only the oldest event left of each key is claimable, so a key never has two
   events in flight and goes out in commit order, while the other keys go on;
-- each message is published and confirmed before the next; the batch's confirmed events are
-  deleted in one statement at its end. A relay killed between a confirm and that delete leaves
+- a batch's messages are published together (at most one per key) and each is confirmed; the
+  confirmed events are deleted in one statement at the batch's end. A relay killed between a confirm and that delete leaves
   its events to be claimed again when the lease runs out: delivery is at least once, and every
   message carries the event id for the consumer (``consume_once``) or JetStream to drop the
   duplicate;
@@ -43,7 +43,8 @@ class RelayConfig:
     retry_base_seconds: float = 1.0
     retry_cap_seconds: float = 60.0  # OUTBOX_RETRY_CAP_SECONDS
     budget_seconds: float = 2.0  # longest run inside runjobs (the loop's other units wait)
-    prune_keys_limit: int = 1000
+    prune_keys_limit: int = 1000  # key rows without events deleted per prune
+    prune_keys_seconds: float = 60.0  # between prunes (when the outbox is empty)
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ class OutboxRelay(MaintenanceUnit):
     def __init__(self, db, config: RelayConfig, publisher: Publisher) -> None:
         self.db, self.config, self.publisher = db, config, publisher
         self.failures = 0  # runs in a row that found the broker unreachable
+        self.next_prune = 0.0
         super().__init__()
 
     def first_delay(self) -> float:
@@ -93,16 +95,17 @@ class OutboxRelay(MaintenanceUnit):
         return min(config.retry_cap_seconds, config.retry_base_seconds * 2 ** (self.failures - 1))
 
     def run_once(self) -> RelayCounts:
-        """Relays batches until one comes back short, the broker fails, or the time budget is
+        """Relays batches until none is left to claim, the broker fails, or the time budget is
         spent; returns what it did."""
         total = RelayCounts()
         ends_at = time.monotonic() + self.config.budget_seconds
         while True:
             counts, claimed = self.relay_batch()
             total += counts
-            if counts.retried or claimed < self.config.batch_size or time.monotonic() > ends_at:
+            if counts.retried or not claimed or time.monotonic() > ends_at:
                 break
-        if not claimed:
+        if not claimed and time.monotonic() >= self.next_prune:
+            self.next_prune = time.monotonic() + self.config.prune_keys_seconds
             db_module.execute(
                 self.db.connection(), "outbox_prune_keys", {"limit": self.config.prune_keys_limit}
             )
@@ -117,46 +120,47 @@ class OutboxRelay(MaintenanceUnit):
             "outbox_claim",
             {"limit": self.config.batch_size, "lease": self.config.lease_seconds, "token": token},
         )
-        published: list[int] = []
-        dead_lettered = 0
-        for index, row in enumerate(rows):
-            message = _message(row)
-            try:
-                self.publisher.publish(message)
-            except BrokerRefused as error:
-                logger.error("outbox event #%s dead-lettered: %s", message.id, error)
-                db_module.execute(
-                    connection,
-                    "outbox_dead_letter",
-                    {"id": message.id, "token": token, "error": str(error)},
-                )
-                dead_lettered += 1
-            except Exception as error:
-                self._mark_published(connection, published, token)
-                done = RelayCounts(len(published), 0, dead_lettered)
-                return self._give_back(connection, rows[index:], token, error, done), len(rows)
-            else:
-                published.append(message.id)
+        messages = [_message(row) for row in rows]
+        outcomes = self.publisher.publish_batch(messages) if messages else []
+        published = [m.id for m, outcome in zip(messages, outcomes, strict=True) if outcome is None]
         self._mark_published(connection, published, token)
+        refused = [
+            (m, o) for m, o in zip(messages, outcomes, strict=True) if isinstance(o, BrokerRefused)
+        ]
+        for message, error in refused:
+            logger.error("outbox event #%s dead-lettered: %s", message.id, error)
+            db_module.execute(
+                connection,
+                "outbox_dead_letter",
+                {"id": message.id, "token": token, "error": str(error)},
+            )
+        failed = [
+            (m, o)
+            for m, o in zip(messages, outcomes, strict=True)
+            if o is not None and not isinstance(o, BrokerRefused)
+        ]
+        counts = RelayCounts(len(published), 0, len(refused))
+        if failed:
+            return self._give_back(connection, failed, token, counts), len(rows)
         self.failures = 0
-        return RelayCounts(len(published), 0, dead_lettered), len(rows)
+        return counts, len(rows)
 
     def _mark_published(self, connection, ids: list[int], token: str) -> None:
         if ids:
             db_module.execute(connection, "outbox_published", {"ids": ids, "token": token})
 
-    def _give_back(self, connection, rows, token, error, done: RelayCounts) -> RelayCounts:
+    def _give_back(self, connection, failed, token, done: RelayCounts) -> RelayCounts:
         self.failures += 1
         delay = self.backoff()
+        error = failed[0][1]
+        text = f"{type(error).__name__}: {error}"[:2000]
         logger.warning(
-            "outbox: the broker is unavailable (%s: %s); %d event(s) tried again in %.1fs",
-            type(error).__name__,
-            error,
-            len(rows),
+            "outbox: the broker is unavailable (%s); %d event(s) tried again in %.1fs",
+            text,
+            len(failed),
             delay,
         )
-        ids = [row["id"] for row in rows]
-        text = f"{type(error).__name__}: {error}"[:2000]
+        ids = [message.id for message, _ in failed]
         db_module.execute(
             connection, "outbox_retry", {"ids": ids, "token": token, "error": text, "delay": delay}
         )
