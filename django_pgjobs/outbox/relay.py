@@ -26,8 +26,11 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from django.db import OperationalError, transaction
+
 from .. import db as db_module
 from ..conf import get_config
+from ..sql import query
 from ..worker.maintenance import MaintenanceUnit
 from .messages import BrokerRefused, Message, Publisher
 from .publishers import build_publisher
@@ -106,10 +109,23 @@ class OutboxRelay(MaintenanceUnit):
                 break
         if not claimed and time.monotonic() >= self.next_prune:
             self.next_prune = time.monotonic() + self.config.prune_keys_seconds
-            db_module.execute(
-                self.db.connection(), "outbox_prune_keys", {"limit": self.config.prune_keys_limit}
-            )
+            self.prune_keys()
         return total
+
+    def prune_keys(self) -> int:
+        """Deletes key rows no event uses (``outbox_prune_keys`` says why REPEATABLE READ); a
+        conflict with a publisher leaves them to the next prune. Returns how many it deleted."""
+        connection = self.db.connection()
+        try:
+            with transaction.atomic(using=connection.alias):
+                with connection.cursor() as cursor:
+                    cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                    cursor.execute(
+                        query("outbox_prune_keys"), {"limit": self.config.prune_keys_limit}
+                    )
+                    return cursor.rowcount
+        except OperationalError:  # could not serialize: a publisher used one of the keys
+            return 0
 
     def relay_batch(self) -> tuple[RelayCounts, int]:
         """Claims one batch and publishes it; returns the counts and how many it claimed."""

@@ -964,26 +964,39 @@ FROM locked
 RETURNING id, created_at;
 
 -- name: outbox_claim
--- Claim up to `limit` events for one relay in one statement: only the oldest event left of
--- each key (its head: no event of the key with a smaller id is still here, claimed or not), so
--- one key never has two events in flight and its events go out in id order; events without a
--- key are all heads. SKIP LOCKED: relays never wait on each other; a head another relay holds
--- (its lease running) is skipped, and the key's next event is not a head, so other keys go on.
-WITH claimable AS (
-    SELECT e.id FROM pgjobs_outbox_event e
+-- Claim events for one relay in one statement: up to `limit` heads of keys and up to `limit`
+-- events without a key. A key's head is the oldest event left of it (the key rows say which
+-- keys have events: the work is per key waiting, never per event waiting); only heads are
+-- claimed, so one key never has two events in flight and its events go out in id order, which
+-- is commit order (outbox_publish_keyed). SKIP LOCKED: relays never wait on each other; a head
+-- another relay holds (its lease running) is skipped, and as the key's next event is no head,
+-- the key waits while the other keys go on. A head deleted (published) since this statement's
+-- snapshot cannot be locked and is skipped; its successor is claimed at the next look.
+WITH keyed AS (
+    SELECT e.id
+    FROM pgjobs_outbox_key k
+    JOIN pgjobs_outbox_event e
+      -- "ORDER BY key, id": the order of the (key, id) index, which finds a key's head at once
+      ON e.id = (SELECT h.id FROM pgjobs_outbox_event h WHERE h.key = k.key
+                 ORDER BY h.key, h.id LIMIT 1)
     WHERE e.available_at <= now()
       AND (e.claimed_until IS NULL OR e.claimed_until < now())
-      AND (e.key IS NULL OR NOT EXISTS (
-            SELECT 1 FROM pgjobs_outbox_event older
-            WHERE older.key = e.key AND older.id < e.id))
+    ORDER BY e.id
+    LIMIT %(limit)s
+    FOR UPDATE OF e SKIP LOCKED
+), loose AS (
+    SELECT e.id FROM pgjobs_outbox_event e
+    WHERE e.key IS NULL
+      AND e.available_at <= now()
+      AND (e.claimed_until IS NULL OR e.claimed_until < now())
     ORDER BY e.id
     LIMIT %(limit)s
     FOR UPDATE OF e SKIP LOCKED
 )
 UPDATE pgjobs_outbox_event e
 SET claimed_until = now() + make_interval(secs => %(lease)s), claim_token = %(token)s::uuid
-FROM claimable
-WHERE e.id = claimable.id
+FROM (SELECT id FROM keyed UNION ALL SELECT id FROM loose) claimed
+WHERE e.id = claimed.id
 RETURNING e.id, e.topic, e.key, e.payload::text AS body, e.headers::text AS header_text,
           e.created_at, e.attempts;
 
@@ -1013,7 +1026,9 @@ INSERT INTO pgjobs_outbox_deadletter (id, topic, key, payload, headers, created_
 SELECT id, topic, key, payload, headers, created_at, attempts, %(error)s, now() FROM moved;
 
 -- name: outbox_prune_keys
--- Delete the key rows no event uses any more (a publisher holding one is skipped).
+-- Delete the key rows no event uses any more (a publisher holding one is skipped). Run in a
+-- REPEATABLE READ transaction: a key row a publisher changed after this statement's snapshot
+-- (its event committed unseen) fails the statement instead of being deleted under the event.
 DELETE FROM pgjobs_outbox_key
 WHERE key IN (
     SELECT k.key FROM pgjobs_outbox_key k
