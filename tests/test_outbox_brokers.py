@@ -172,3 +172,13 @@ def test_per_key_order_holds_with_4_relays_over_10000_events_and_50_keys(start_r
         last[message.key] = event_id
     assert len(last) == 50
     assert all(Path(relay.log).read_text().count("Traceback") == 0 for relay in relays)
+
+
+def test_runjobs_relays_the_outbox_when_a_publisher_is_set(start_worker):
+    with rabbit_queue() as queue:
+        worker = start_worker(env={"PGJOBS_OUTBOX_PUBLISHER": AMQP_URL})
+        event_id = publish(queue, {"n": 1}, key="k")
+        received = rabbit_messages(queue, lambda got: len(got) >= 1)
+        wait_until(lambda: not OutboxEvent.objects.exists())
+        assert [m.message_id for m in received] == [str(event_id)]
+        assert worker.popen.poll() is None
