@@ -26,6 +26,7 @@ PAGES = [
     "docs/howto/unique.md",
     "docs/howto/monitor.md",
     "docs/howto/recurring.md",
+    "docs/howto/outbox.md",
 ]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 NAMED = re.compile(r"#\s*((?:testproject|tests)/\S+\.py)\s*\n")
