@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from django.db import OperationalError, transaction
 
-from .. import db as db_module
+from .. import db
 from ..conf import get_config
 from ..sql import query
 from ..worker.maintenance import MaintenanceUnit
@@ -131,7 +131,7 @@ class OutboxRelay(MaintenanceUnit):
         """Claims one batch and publishes it; returns the counts and how many it claimed."""
         token = str(uuid.uuid4())
         connection = self.db.connection()
-        rows = db_module.execute(
+        rows = db.execute(
             connection,
             "outbox_claim",
             {"limit": self.config.batch_size, "lease": self.config.lease_seconds, "token": token},
@@ -145,7 +145,7 @@ class OutboxRelay(MaintenanceUnit):
         ]
         for message, error in refused:
             logger.error("outbox event #%s dead-lettered: %s", message.id, error)
-            db_module.execute(
+            db.execute(
                 connection,
                 "outbox_dead_letter",
                 {"id": message.id, "token": token, "error": str(error)},
@@ -163,7 +163,7 @@ class OutboxRelay(MaintenanceUnit):
 
     def _mark_published(self, connection, ids: list[int], token: str) -> None:
         if ids:
-            db_module.execute(connection, "outbox_published", {"ids": ids, "token": token})
+            db.execute(connection, "outbox_published", {"ids": ids, "token": token})
 
     def _give_back(self, connection, failed, token, done: RelayCounts) -> RelayCounts:
         self.failures += 1
@@ -177,7 +177,7 @@ class OutboxRelay(MaintenanceUnit):
             delay,
         )
         ids = [message.id for message, _ in failed]
-        db_module.execute(
+        db.execute(
             connection, "outbox_retry", {"ids": ids, "token": token, "error": text, "delay": delay}
         )
         return done + RelayCounts(retried=len(ids))
