@@ -9,6 +9,7 @@ import threading
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 from helpers import count, wait_until
@@ -232,3 +233,27 @@ def test_the_admin_shows_the_backlog_and_the_metrics_have_it(admin_client):
     metrics = admin_client.get("/pgjobs/metrics").content.decode()
     assert "pgjobs_outbox_backlog 2.0" in metrics
     assert "pgjobs_outbox_oldest_age_seconds 9" in metrics
+
+
+@pytest.mark.parametrize(
+    ("publisher", "problem"),
+    [
+        ("amqp://guest:guest@127.0.0.1:5672/", None),
+        ("nats://127.0.0.1:4222", None),
+        ("builtins.print", None),
+        ("testproject.no_such_module.publish", "No module named"),
+        ("django_pgjobs.conf.MIN_TOKEN_CHARS", "neither a broker URL"),
+    ],
+)
+def test_the_outbox_publisher_setting_is_checked(publisher, problem):
+    from django.core.checks import run_checks
+    from django.test import override_settings
+
+    from django_pgjobs.checks import check_outbox_publisher
+
+    with override_settings(PGJOBS={**settings.PGJOBS, "OUTBOX_PUBLISHER": publisher}):
+        errors = check_outbox_publisher()
+        assert [e.id for e in errors] == ([] if problem is None else ["pgjobs.E005"])
+        if problem:
+            assert problem in errors[0].msg
+            assert "pgjobs.E005" in [e.id for e in run_checks()]

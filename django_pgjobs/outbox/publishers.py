@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from importlib import import_module
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from django.utils.module_loading import import_string
@@ -211,3 +212,23 @@ def build_publisher(setting: str) -> Publisher:
     if callable(target):
         return CallablePublisher(target)
     raise ValueError(f"{setting!r} is neither a broker URL, a publisher nor a callable")
+
+
+#: The client each URL scheme's publisher imports when it first connects.
+CLIENTS = {"amqp": "aio_pika", "amqps": "aio_pika", "nats": "nats", "tls": "nats"}
+
+
+def publisher_problem(setting: str) -> str | None:
+    """Why ``build_publisher(setting)`` would fail, or its publisher could not connect for want
+    of its client (the system check pgjobs.E005); None when all is well."""
+    client = CLIENTS.get(urlsplit(setting).scheme)
+    try:
+        if client is not None:
+            import_module(client)
+        else:
+            build_publisher(setting)
+    except ImportError as error:
+        return f"{error} (the broker clients: pip install 'django-pgjobs[outbox]')"
+    except ValueError as error:
+        return str(error)
+    return None
