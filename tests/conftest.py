@@ -17,8 +17,6 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,7 +27,12 @@ import pytest
 from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
-from helpers import MANAGE, ROOT, WorkerProcess, database_url_for_tests, registered_for_the_test
+from helpers import (
+    WorkerProcess,
+    database_url_for_tests,
+    registered_for_the_test,
+    start_command,
+)
 
 from testproject import throwaway_pg
 
@@ -122,22 +125,7 @@ def start_worker(tmp_path) -> Iterator[Callable[..., WorkerProcess]]:
     started: list[WorkerProcess] = []
 
     def start(*args: str, env: dict[str, str] | None = None) -> WorkerProcess:
-        log = tmp_path / f"worker-{len(started)}.log"
-        environment = {
-            **os.environ,
-            "DATABASE_URL": database_url_for_tests(),
-            "PYTHONUNBUFFERED": "1",
-            **(env or {}),
-        }
-        handle = open(log, "w")  # noqa: SIM115 - closed with the process
-        popen = subprocess.Popen(
-            [sys.executable, str(MANAGE), "runjobs", *args],
-            cwd=ROOT,
-            env=environment,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-        )
-        process = WorkerProcess(popen, log)
+        process = start_command("runjobs", args, tmp_path / f"worker-{len(started)}.log", env)
         started.append(process)
         return process
 

@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -98,6 +99,26 @@ class WorkerProcess:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
+
+
+def start_command(command: str, args, log: Path, env: dict[str, str] | None) -> WorkerProcess:
+    """``manage.py <command> <args>`` in a subprocess against the test database, its output
+    in ``log``."""
+    environment = {
+        **os.environ,
+        "DATABASE_URL": database_url_for_tests(),
+        "PYTHONUNBUFFERED": "1",
+        **(env or {}),
+    }
+    handle = open(log, "w")  # noqa: SIM115 - closed with the process
+    popen = subprocess.Popen(
+        [sys.executable, str(MANAGE), command, *args],
+        cwd=ROOT,
+        env=environment,
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+    )
+    return WorkerProcess(popen, log)
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 60, interval: float = 0.1) -> None:

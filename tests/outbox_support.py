@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -15,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
-from helpers import MANAGE, ROOT, WorkerProcess, database_url_for_tests
+from helpers import WorkerProcess, start_command
 
 AMQP_URL = os.environ.get("PGJOBS_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 NATS_URL = os.environ.get("PGJOBS_TEST_NATS_URL", "nats://127.0.0.1:4222")
@@ -130,22 +128,7 @@ def start_relay(tmp_path) -> Iterator[Callable[..., WorkerProcess]]:
     started: list[WorkerProcess] = []
 
     def start(*args: str, env: dict[str, str] | None = None) -> WorkerProcess:
-        log = tmp_path / f"relay-{len(started)}.log"
-        environment = {
-            **os.environ,
-            "DATABASE_URL": database_url_for_tests(),
-            "PYTHONUNBUFFERED": "1",
-            **(env or {}),
-        }
-        handle = open(log, "w")  # noqa: SIM115 - closed with the process
-        popen = subprocess.Popen(
-            [sys.executable, str(MANAGE), "pgjobs_relay", *args],
-            cwd=ROOT,
-            env=environment,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-        )
-        process = WorkerProcess(popen, log)
+        process = start_command("pgjobs_relay", args, tmp_path / f"relay-{len(started)}.log", env)
         started.append(process)
         return process
 

@@ -9,24 +9,8 @@ Parts: ``models`` (tables), ``publishing`` (``publish``), ``relay`` (claim, send
 
 from __future__ import annotations
 
-from typing import Any
+from .consumers import consume_once
+from .messages import BrokerRefused, BrokerUnavailable, Message
+from .publishing import publish
 
 __all__ = ["publish", "consume_once", "BrokerRefused", "BrokerUnavailable", "Message"]
-
-_LAZY = {
-    "publish": "publishing",
-    "consume_once": "consumers",
-    "BrokerRefused": "messages",
-    "BrokerUnavailable": "messages",
-    "Message": "messages",
-}
-
-
-def __getattr__(name: str) -> Any:
-    # Lazy: django_pgjobs.models imports .models of this package before the app registry is ready.
-    from importlib import import_module
-
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'django_pgjobs.outbox' has no attribute {name!r}")
-    return getattr(import_module(f"{__name__}.{module}"), name)

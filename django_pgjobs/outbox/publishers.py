@@ -27,6 +27,15 @@ from .messages import BrokerRefused, Message, Publisher
 BROKER_TIMEOUT_SECONDS = 10.0
 
 
+async def _close_quietly(connection) -> None:
+    """Close a broker connection if it is open; a dead one has nothing left to close."""
+    if connection is not None and not connection.is_closed:
+        try:
+            await connection.close()
+        except Exception:  # noqa: S110
+            pass
+
+
 class CallablePublisher:
     """Any function ``f(message)`` as a publisher: returning is success; raising
     ``BrokerRefused`` dead-letters the event; any other exception retries it. Called once per
@@ -141,11 +150,7 @@ class RabbitMQPublisher(AsyncBrokerPublisher):
 
     async def _disconnect(self) -> None:
         connection, self._connection, self._exchange = self._connection, None, None
-        if connection is not None and not connection.is_closed:
-            try:
-                await connection.close()
-            except Exception:  # noqa: S110 - a dead connection has nothing left to close
-                pass
+        await _close_quietly(connection)
 
 
 class NatsPublisher(AsyncBrokerPublisher):
@@ -184,11 +189,7 @@ class NatsPublisher(AsyncBrokerPublisher):
 
     async def _disconnect(self) -> None:
         client, self._client, self._jetstream = self._client, None, None
-        if client is not None and not client.is_closed:
-            try:
-                await client.close()
-            except Exception:  # noqa: S110 - a dead connection has nothing left to close
-                pass
+        await _close_quietly(client)
 
 
 def _amqp(url: str) -> RabbitMQPublisher:
