@@ -29,9 +29,9 @@ from django.core.management import call_command
 from django.db import connection
 from helpers import (
     WorkerProcess,
+    command_starter,
     database_url_for_tests,
     registered_for_the_test,
-    start_command,
 )
 
 from testproject import throwaway_pg
@@ -122,17 +122,8 @@ def other_connection() -> Iterator[psycopg.Connection]:
 def start_worker(tmp_path) -> Iterator[Callable[..., WorkerProcess]]:
     """Start ``manage.py runjobs`` subprocesses against the test database; all are killed at the
     end of the test."""
-    started: list[WorkerProcess] = []
-
-    def start(*args: str, env: dict[str, str] | None = None) -> WorkerProcess:
-        process = start_command("runjobs", args, tmp_path / f"worker-{len(started)}.log", env)
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        if process.popen.poll() is None:
-            process.kill()
+    with command_starter("runjobs", tmp_path) as start:
+        yield start
 
 
 @pytest.fixture

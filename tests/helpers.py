@@ -101,6 +101,25 @@ class WorkerProcess:
         return self.log.read_text(errors="replace")
 
 
+@contextmanager
+def command_starter(command: str, logs: Path) -> Iterator[Callable[..., WorkerProcess]]:
+    """A function starting ``manage.py <command>`` subprocesses (``start(*args, env=...)``),
+    each logging to ``logs/<command>-<n>.log``; all are killed on the way out."""
+    started: list[WorkerProcess] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> WorkerProcess:
+        process = start_command(command, args, logs / f"{command}-{len(started)}.log", env)
+        started.append(process)
+        return process
+
+    try:
+        yield start
+    finally:
+        for process in started:
+            if process.popen.poll() is None:
+                process.kill()
+
+
 def start_command(command: str, args, log: Path, env: dict[str, str] | None) -> WorkerProcess:
     """``manage.py <command> <args>`` in a subprocess against the test database, its output
     in ``log``."""

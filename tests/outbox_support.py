@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
-from helpers import WorkerProcess, start_command
+from helpers import WorkerProcess, command_starter
 
 AMQP_URL = os.environ.get("PGJOBS_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 NATS_URL = os.environ.get("PGJOBS_TEST_NATS_URL", "nats://127.0.0.1:4222")
@@ -125,14 +125,5 @@ def nats_messages(prefix: str) -> list[Received]:
 @pytest.fixture
 def start_relay(tmp_path) -> Iterator[Callable[..., WorkerProcess]]:
     """Start ``manage.py pgjobs_relay`` subprocesses; all are killed at the end of the test."""
-    started: list[WorkerProcess] = []
-
-    def start(*args: str, env: dict[str, str] | None = None) -> WorkerProcess:
-        process = start_command("pgjobs_relay", args, tmp_path / f"relay-{len(started)}.log", env)
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        if process.popen.poll() is None:
-            process.kill()
+    with command_starter("pgjobs_relay", tmp_path) as start:
+        yield start
