@@ -82,6 +82,7 @@ def test_a_second_transaction_on_a_key_waits_for_the_first_so_ids_follow_commit_
     """Without the key row's lock, the second transaction would take a bigger id and commit
     first: id order would not be commit order, and the relay would publish out of order."""
     done: dict[str, int] = {}
+    publish("t", {"by": "earlier"}, key="k")  # the key's row exists: the usual case
 
     def publish_in_thread(name: str, key: str) -> None:
         try:
