@@ -34,7 +34,8 @@ class Command(BaseCommand):
             raise CommandError("no publisher: set PGJOBS['OUTBOX_PUBLISHER'] or pass --publisher")
         stop = StopState(config.SHUTDOWN_GRACE_SECONDS)
         db = DispatcherDatabase(config.DATABASE, stop)
-        relay = relay_from_settings(db, publisher, budget_seconds=float("inf"))
+        # runs of at most a second: a stop requested is seen between them
+        relay = relay_from_settings(db, publisher, budget_seconds=1.0)
         wake = threading.Event()
 
         def request_stop(*_: object) -> None:
