@@ -24,7 +24,7 @@ from outbox_support import (
 )
 from tcp_proxy import TcpProxy
 
-from django_pgjobs.models import OutboxEvent
+from django_pgjobs.models import OutboxEvent, OutboxKey
 from django_pgjobs.outbox import publish
 from testproject.demo.models import Counter
 from testproject.handlers.outbox import handle_order_placed, place_order
@@ -61,7 +61,9 @@ def test_a_rolled_back_transaction_publishes_nothing_to_nats_and_a_resend_is_ded
         OutboxEvent.objects.create(
             id=event_id, topic=f"{prefix}.orders", key="order:7", payload={"n": 2}
         )
+        OutboxKey.objects.get_or_create(key="order:7")  # as publish() leaves it
         start_relay("--publisher", NATS_URL, "--burst").wait(60)
+        assert not OutboxEvent.objects.exists()  # sent again, and acknowledged
         messages = nats_messages(prefix)
         assert [(m.message_id, m.key, m.body) for m in messages] == [
             (str(event_id), "order:7", b'{"n": 2}')

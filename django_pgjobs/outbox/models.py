@@ -22,7 +22,9 @@ class OutboxEvent(models.Model):
 
     Deleted once the broker confirmed it; moved to ``OutboxDeadLetter`` when the broker refuses
     it. Events of one ``key`` are published one at a time in id order, which is their commit
-    order (``publish()`` takes the key's ``OutboxKey`` row lock before the id is drawn)."""
+    order (``publish()`` takes the key's ``OutboxKey`` row lock before the id is drawn). Write
+    events through ``publish()`` only: the relay finds a key's events through its ``OutboxKey``
+    row, which ``publish()`` makes."""
 
     id = models.BigAutoField(primary_key=True)
     topic = models.CharField(max_length=TOPIC_MAX, help_text="Routing key or subject.")
