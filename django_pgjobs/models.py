@@ -10,6 +10,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from .limits import ERROR_TYPE_MAX, PRIORITY_MAX, PRIORITY_MIN, QUEUE_NAME_MAX, TASK_BACKEND_MAX
+from .outbox.models import OutboxDeadLetter, OutboxEvent, OutboxKey, ProcessedEvent  # noqa: F401
 from .states import Status, View
 
 
@@ -443,6 +444,3 @@ class ScheduleFire(models.Model):
 
     def __str__(self) -> str:
         return f"{self.schedule_id} @ {self.fire_time:%Y-%m-%d %H:%M}"
-
-
-from .outbox.models import OutboxDeadLetter, OutboxEvent, OutboxKey, ProcessedEvent  # noqa: E402, F401
