@@ -184,3 +184,11 @@ def test_runjobs_relays_the_outbox_when_a_publisher_is_set(start_worker):
         wait_until(lambda: not OutboxEvent.objects.exists())
         assert [m.message_id for m in received] == [str(event_id)]
         assert worker.popen.poll() is None
+
+
+def test_pgjobs_relay_stops_on_sigterm_and_refuses_to_start_without_a_publisher(start_relay):
+    relay = start_relay("--publisher", NATS_URL)
+    wait_until(lambda: "publishing the outbox to nats://" in relay.output(), timeout=60)
+    relay.signal(signal.SIGTERM)
+    assert relay.wait(30) == 0
+    assert start_relay().wait(60) != 0  # no --publisher and no OUTBOX_PUBLISHER
