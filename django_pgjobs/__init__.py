@@ -3,7 +3,8 @@
 Public API: ``job`` (decorator), ``enqueue``, ``enqueue_many``, ``abort`` (and ``Aborted``),
 ``Cron`` (a recurring job's schedule), ``RetryPolicy``, ``Retry`` and ``Discard`` (raised by
 handlers), ``get_result``/``aget_result`` (``JobResult``), ``EnqueueOutcome`` and
-``UniqueScope`` (unique keys); models in
+``UniqueScope`` (unique keys), ``publish`` (the transactional outbox: ``django_pgjobs.outbox``);
+models in
 ``django_pgjobs.models`` (``Job``, ``DeadLetter``); the worker is ``manage.py runjobs``.
 """
 
@@ -32,6 +33,7 @@ __all__ = [
     "UnknownJobError",
     "EnqueueOutcome",
     "UniqueScope",
+    "publish",
     "__version__",
 ]
 
@@ -76,6 +78,7 @@ _LAZY = {
     "UnknownJobError": "registry",
     "EnqueueOutcome": "uniqueness",
     "UniqueScope": "uniqueness",
+    "publish": "outbox.publishing",
     "RetryPolicy": "backoff",
     "Cron": "cron",
     "JobTimeout": "errors",

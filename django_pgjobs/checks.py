@@ -4,6 +4,7 @@
 - ``pgjobs.E002``: ``settings.PGJOBS`` has an unknown key or a bad value.
 - ``pgjobs.E003``: ``PGJOBS["DATABASE"]`` names no database in ``settings.DATABASES``.
 - ``pgjobs.E004``: a job's ``lease_seconds`` is shorter than two heartbeats.
+- ``pgjobs.E005``: ``PGJOBS["OUTBOX_PUBLISHER"]`` names a publisher that cannot be built.
 - ``pgjobs.W001``: atomic jobs run on a jobs database other than ``default``.
 - ``pgjobs.W002``: a schedule names a job that is not registered (a database check: run by
   ``migrate`` and ``check --database``).
@@ -16,6 +17,7 @@ from django.core.checks import Error, Tags, Warning, register
 from django.db import DatabaseError, connections
 
 from .conf import ConfigError, get_config, raw_settings, validate
+from .outbox.publishers import publisher_problem
 from .registry import registered
 
 
@@ -90,6 +92,25 @@ def check_job_leases(app_configs=None, **kwargs):
         )
         for definition in registered().values()
         if definition.lease_seconds is not None and definition.lease_seconds < 2 * heartbeat
+    ]
+
+
+@register(Tags.compatibility)
+def check_outbox_publisher(app_configs=None, **kwargs):
+    try:
+        setting = get_config().OUTBOX_PUBLISHER
+    except ConfigError:
+        return []  # pgjobs.E002 says why
+    problem = publisher_problem(setting) if setting else None
+    if problem is None:
+        return []
+    return [
+        Error(
+            f"PGJOBS['OUTBOX_PUBLISHER'] cannot be used: {problem}",
+            hint="A broker URL (amqp://..., nats://...) or the dotted path of a publisher or "
+            "of a callable; see docs/howto/outbox.md.",
+            id="pgjobs.E005",
+        )
     ]
 
 

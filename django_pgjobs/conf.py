@@ -132,6 +132,18 @@ class Config:
     #: Seconds after a schedule's fire time during which a worker still fires it as on time;
     #: older fire times were missed (no worker ran) and follow the schedule's ``catch_up``.
     SCHEDULE_MISFIRE_GRACE_SECONDS: float = setting(60.0, POSITIVE_SECONDS)
+    #: The transactional outbox's publisher: a broker URL (``amqp://...``, ``nats://...``) or
+    #: the dotted path of a publisher or a callable; "" (the default): ``runjobs`` relays
+    #: nothing (``manage.py pgjobs_relay --publisher`` still can). docs/howto/outbox.md.
+    OUTBOX_PUBLISHER: str = ""
+    #: Outbox events one relay claims and publishes per batch.
+    OUTBOX_BATCH_SIZE: int = setting(100, Bounds(low=1, high=10_000))
+    #: Seconds a relay holds the events it claimed; a relay that died gives them back after it.
+    OUTBOX_LEASE_SECONDS: float = setting(60.0, POSITIVE_SECONDS)
+    #: Seconds between a relay's looks at an empty outbox.
+    OUTBOX_POLL_SECONDS: float = setting(1.0, POSITIVE_SECONDS)
+    #: Longest wait between tries while the broker is unreachable (the wait doubles up to it).
+    OUTBOX_RETRY_CAP_SECONDS: float = setting(60.0, POSITIVE_SECONDS)
     #: Modules imported at start-up besides every installed app's ``jobs`` module.
     JOB_MODULES: tuple[str, ...] = ()
     #: Argument keys whose values are shown as ``'********'`` in the admin and logs.

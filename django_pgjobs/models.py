@@ -10,6 +10,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from .limits import ERROR_TYPE_MAX, PRIORITY_MAX, PRIORITY_MIN, QUEUE_NAME_MAX, TASK_BACKEND_MAX
+from .outbox.models import OutboxDeadLetter, OutboxEvent, OutboxKey, ProcessedEvent  # noqa: F401
 from .states import Status, View
 
 

@@ -135,14 +135,25 @@ def dump_result(value: Any, max_bytes: int) -> str:
     if value is None:
         return "null"
     try:
-        text = _dump_checked(value, "the return value")
+        return _dump_bounded(value, "the return value", max_bytes, "return", ResultNotJSON)
     except ArgumentsNotJSON as error:
         raise ResultNotJSON(f"{error}; the result of a job is kept as JSON") from None
+
+
+def dump_payload(value: Any, max_bytes: int) -> str:
+    """Validate and serialise an outbox event's payload (the rules of job arguments); returns
+    the JSON text. Raises ``ArgumentsNotJSON`` or ``PayloadTooLarge``; nothing is written."""
+    return _dump_bounded(value, "the payload", max_bytes, "publish", PayloadTooLarge)
+
+
+def _dump_bounded(value: Any, what: str, max_bytes: int, verb: str, too_large: type) -> str:
+    """The checked JSON text of ``value``; ``too_large`` beyond ``max_bytes``."""
+    text = _dump_checked(value, what)
     size = len(text.encode())
     if size > max_bytes:
-        raise ResultNotJSON(
-            f"the return value is {size} bytes of JSON, over PGJOBS['MAX_PAYLOAD_BYTES'] = "
-            f"{max_bytes}; store large data elsewhere and return a reference"
+        raise too_large(
+            f"{what} is {size} bytes of JSON, over PGJOBS['MAX_PAYLOAD_BYTES'] = "
+            f"{max_bytes}; store large data elsewhere and {verb} a reference"
         )
     return text
 

@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from . import overview
 from .access import Reader
+from .outbox import status as outbox_status
 
 #: The job views counted per queue (``states.View``), as the ``state`` label.
 STATES = ("due", "scheduled", "retrying", "running")
@@ -46,6 +47,7 @@ class JobsCollector(Collector):
             yield from self._dead_letters(queues)
         if self.reader.workers:
             yield from self._workers(queues)
+        yield from self._outbox()
         tables = gauge(
             "pgjobs_table_rows_estimated",
             "Rows of the table by the planner's estimate (updated by ANALYZE).",
@@ -54,6 +56,24 @@ class JobsCollector(Collector):
         for table, rows in sorted(overview.table_row_estimates(self.connection).items()):
             tables.add_metric([table], rows)
         yield tables
+
+    def _outbox(self) -> Iterator[Metric]:
+        backlog = outbox_status.backlog(self.connection)
+        yield GaugeMetricFamily(
+            "pgjobs_outbox_backlog",
+            f"Outbox events not yet published (counted up to {outbox_status.COUNT_CAP}).",
+            value=backlog.events,
+        )
+        yield GaugeMetricFamily(
+            "pgjobs_outbox_oldest_age_seconds",
+            "Seconds the oldest unpublished outbox event has waited (0: none).",
+            value=backlog.oldest_seconds or 0.0,
+        )
+        yield GaugeMetricFamily(
+            "pgjobs_outbox_dead_letters",
+            f"Outbox events the broker refused (counted up to {outbox_status.COUNT_CAP}).",
+            value=backlog.dead_lettered,
+        )
 
     def _jobs(self, queues) -> Iterator[Metric]:
         jobs = gauge(

@@ -117,6 +117,12 @@ PGJOBS = {
     # (600 s) and the rolling deploys it serves: tests/test_rolling_deploys.py.
     "UNKNOWN_JOB_GRACE_SECONDS": float(os.environ.get("PGJOBS_UNKNOWN_JOB_GRACE_SECONDS", "0")),
     "RELEASE": os.environ.get("PGJOBS_TEST_RELEASE", ""),
+    # The outbox's relay (tests/test_outbox*.py): runjobs relays only when a test names a broker;
+    # short leases and waits so a killed relay's events come back within seconds.
+    "OUTBOX_PUBLISHER": os.environ.get("PGJOBS_OUTBOX_PUBLISHER", ""),
+    "OUTBOX_LEASE_SECONDS": float(os.environ.get("PGJOBS_OUTBOX_LEASE_SECONDS", "60")),
+    "OUTBOX_POLL_SECONDS": float(os.environ.get("PGJOBS_OUTBOX_POLL_SECONDS", "0.2")),
+    "OUTBOX_RETRY_CAP_SECONDS": float(os.environ.get("PGJOBS_OUTBOX_RETRY_CAP_SECONDS", "2")),
     # The examples of docs/howto/handlers.md, one module per section.
     "JOB_MODULES": [
         "testproject.handlers.basics",

@@ -14,7 +14,16 @@ from django.utils import timezone
 from django.utils.html import strip_tags
 
 from django_pgjobs.metrics import WAIT_BUCKET_BOUNDS
-from django_pgjobs.models import DeadLetter, Job, QueueStat, QueueState, Schedule, Worker
+from django_pgjobs.models import (
+    DeadLetter,
+    Job,
+    OutboxDeadLetter,
+    OutboxEvent,
+    QueueStat,
+    QueueState,
+    Schedule,
+    Worker,
+)
 
 PASSWORD = "correct horse battery staple"
 MODELS = ("job", "deadletter", "queuestate", "worker")
@@ -187,6 +196,14 @@ def seed(rng: random.Random | None = None) -> dict:
             )
         )
     rows["dead"] = dead
+    # the outbox: an event waiting for the relay and one the broker refused
+    rows["event"] = OutboxEvent.objects.create(
+        topic="orders.placed", key="order:1", payload={"order": 1}
+    )
+    OutboxDeadLetter.objects.create(
+        id=rows["event"].id + 1000, topic="nowhere", payload={"order": 2},
+        created_at=now - timedelta(minutes=5), error="no route",
+    )  # fmt: skip
     Worker.objects.create(
         id="web-1:4242:a1b2c3d4",
         hostname="web-1",

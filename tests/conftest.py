@@ -17,8 +17,6 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,13 +27,19 @@ import pytest
 from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
-from helpers import MANAGE, ROOT, WorkerProcess, database_url_for_tests, registered_for_the_test
+from helpers import (
+    WorkerProcess,
+    command_starter,
+    database_url_for_tests,
+    registered_for_the_test,
+)
 
 from testproject import throwaway_pg
 
-# The admin's users (superuser, staff_no_perms, viewer), the browser (browser_page) and PgBouncer
-# (pgbouncer, through_pgbouncer): fixtures for every test module.
-pytest_plugins = ["admin_data", "browser_support", "pgbouncer_support"]
+# The admin's users (superuser, staff_no_perms, viewer), the browser (browser_page), PgBouncer
+# (pgbouncer, through_pgbouncer) and the outbox's relays (start_relay): fixtures for every test
+# module.
+pytest_plugins = ["admin_data", "browser_support", "pgbouncer_support", "outbox_support"]
 
 # The directory of the locks that let a test run alone (pytest_runtest_protocol below), made by
 # the controller and shared by its worker processes.
@@ -121,32 +125,8 @@ def other_connection() -> Iterator[psycopg.Connection]:
 def start_worker(tmp_path) -> Iterator[Callable[..., WorkerProcess]]:
     """Start ``manage.py runjobs`` subprocesses against the test database; all are killed at the
     end of the test."""
-    started: list[WorkerProcess] = []
-
-    def start(*args: str, env: dict[str, str] | None = None) -> WorkerProcess:
-        log = tmp_path / f"worker-{len(started)}.log"
-        environment = {
-            **os.environ,
-            "DATABASE_URL": database_url_for_tests(),
-            "PYTHONUNBUFFERED": "1",
-            **(env or {}),
-        }
-        handle = open(log, "w")  # noqa: SIM115 - closed with the process
-        popen = subprocess.Popen(
-            [sys.executable, str(MANAGE), "runjobs", *args],
-            cwd=ROOT,
-            env=environment,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-        )
-        process = WorkerProcess(popen, log)
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        if process.popen.poll() is None:
-            process.kill()
+    with command_starter("runjobs", tmp_path) as start:
+        yield start
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -98,6 +99,45 @@ class WorkerProcess:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
+
+
+@contextmanager
+def command_starter(command: str, logs: Path) -> Iterator[Callable[..., WorkerProcess]]:
+    """A function starting ``manage.py <command>`` subprocesses (``start(*args, env=...)``),
+    each logging to ``logs/<command>-<n>.log``; all are killed on the way out."""
+    started: list[WorkerProcess] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> WorkerProcess:
+        process = start_command(command, args, logs / f"{command}-{len(started)}.log", env)
+        started.append(process)
+        return process
+
+    try:
+        yield start
+    finally:
+        for process in started:
+            if process.popen.poll() is None:
+                process.kill()
+
+
+def start_command(command: str, args, log: Path, env: dict[str, str] | None) -> WorkerProcess:
+    """``manage.py <command> <args>`` in a subprocess against the test database, its output
+    in ``log``."""
+    environment = {
+        **os.environ,
+        "DATABASE_URL": database_url_for_tests(),
+        "PYTHONUNBUFFERED": "1",
+        **(env or {}),
+    }
+    handle = open(log, "w")  # noqa: SIM115 - closed with the process
+    popen = subprocess.Popen(
+        [sys.executable, str(MANAGE), command, *args],
+        cwd=ROOT,
+        env=environment,
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+    )
+    return WorkerProcess(popen, log)
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 60, interval: float = 0.1) -> None:

@@ -2,7 +2,8 @@
 
 ``blackhole()``: every byte is dropped both ways and new connections are accepted and never
 answered (an unreachable server behind a firewall that drops packets). ``refuse()``: every
-connection is reset and new ones are refused (a server that is down). ``sever()``: the server
+connection is reset and new ones are refused (a server that is down; ``restore()`` brings it
+back). ``sever()``: the server
 side of every open connection is closed, the client side is left open and silent and reset at
 its next write (a NAT or load balancer that forgot idle flows); new connections work.
 """
@@ -75,6 +76,12 @@ class TcpProxy:
             for pair in self._pairs:
                 _hang_up(pair.client)
                 _hang_up(pair.server)
+
+    def restore(self) -> None:
+        """After ``refuse()``: listen on the same port again (the server is back)."""
+        self._listener = socket.create_server(("127.0.0.1", self.port))
+        self.refused = False
+        threading.Thread(target=self._accept, daemon=True).start()
 
     def sever(self) -> None:
         with self._lock:

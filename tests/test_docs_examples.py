@@ -27,6 +27,7 @@ PAGES = [
     "docs/howto/monitor.md",
     "docs/howto/recurring.md",
     "docs/howto/tracing.md",
+    "docs/howto/outbox.md",
 ]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 NAMED = re.compile(r"#\s*((?:testproject|tests)/\S+\.py)\s*\n")

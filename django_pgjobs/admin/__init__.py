@@ -1,4 +1,5 @@
-"""The operator's admin: jobs, dead letters, queues, workers, schedules and a dashboard.
+"""The operator's admin: jobs, dead letters, queues, workers, schedules, a dashboard and the
+outbox.
 
 Pages and the permission each needs are listed in docs/reference/admin.md. Every change goes
 through ``django_pgjobs.operations``; see ``admin.base`` for the permission model.
@@ -6,10 +7,20 @@ through ``django_pgjobs.operations``; see ``admin.base`` for the permission mode
 
 from django.contrib import admin
 
-from ..models import Dashboard, DeadLetter, Job, QueueState, Schedule, Worker
+from ..models import (
+    Dashboard,
+    DeadLetter,
+    Job,
+    OutboxDeadLetter,
+    OutboxEvent,
+    QueueState,
+    Schedule,
+    Worker,
+)
 from .dashboard import DashboardEntryAdmin
 from .dead_letters import DeadLetterAdmin
 from .jobs import JobAdmin
+from .outbox import OutboxDeadLetterAdmin, OutboxEventAdmin
 from .queues import QueueStateAdmin, WorkerAdmin
 from .schedules import ScheduleAdmin
 
@@ -19,11 +30,15 @@ admin.site.register(QueueState, QueueStateAdmin)
 admin.site.register(Worker, WorkerAdmin)
 admin.site.register(Dashboard, DashboardEntryAdmin)
 admin.site.register(Schedule, ScheduleAdmin)
+admin.site.register(OutboxEvent, OutboxEventAdmin)
+admin.site.register(OutboxDeadLetter, OutboxDeadLetterAdmin)
 
 __all__ = [
     "DashboardEntryAdmin",
     "DeadLetterAdmin",
     "JobAdmin",
+    "OutboxDeadLetterAdmin",
+    "OutboxEventAdmin",
     "QueueStateAdmin",
     "ScheduleAdmin",
     "WorkerAdmin",

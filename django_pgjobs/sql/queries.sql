@@ -998,3 +998,119 @@ DELETE FROM pgjobs_schedule_fire
 WHERE id IN (SELECT id FROM pgjobs_schedule_fire
              WHERE fired_at < now() - make_interval(secs => %(keep_seconds)s)
              LIMIT %(limit)s);
+
+-- The transactional outbox (django_pgjobs/outbox/, docs/howto/outbox.md).
+
+-- name: outbox_publish
+-- Insert one event without a key (no order asked); returns its id.
+INSERT INTO pgjobs_outbox_event (topic, key, payload, headers, created_at, available_at,
+                                 attempts, last_error)
+VALUES (%(topic)s, NULL, %(payload)s::jsonb, %(headers)s::jsonb, now(), now(), 0, '')
+RETURNING id, created_at;
+
+-- name: outbox_publish_keyed
+-- Insert one event of a key. The upsert locks the key's row until the caller's transaction
+-- ends, and the event's id is drawn only once that lock is held: a second transaction
+-- publishing on the key waits for the first to end, so the key's ids are in commit order (the
+-- relay publishes a key's events in id order). Other keys are not held back.
+WITH locked AS (
+    INSERT INTO pgjobs_outbox_key (key) VALUES (%(key)s)
+    ON CONFLICT (key) DO UPDATE SET key = EXCLUDED.key
+    RETURNING key
+)
+INSERT INTO pgjobs_outbox_event (topic, key, payload, headers, created_at, available_at,
+                                 attempts, last_error)
+SELECT %(topic)s, locked.key, %(payload)s::jsonb, %(headers)s::jsonb, now(), now(), 0, ''
+FROM locked
+RETURNING id, created_at;
+
+-- name: outbox_claim
+-- Claim events for one relay in one statement: up to `limit` heads of keys and up to `limit`
+-- events without a key. A key's head is the oldest event left of it (the key rows say which
+-- keys have events: the work is per key waiting, never per event waiting); only heads are
+-- claimed, so one key never has two events in flight and its events go out in id order, which
+-- is commit order (outbox_publish_keyed). SKIP LOCKED: relays never wait on each other; a head
+-- another relay holds (its lease running) is skipped, and as the key's next event is no head,
+-- the key waits while the other keys go on. A head deleted (published) since this statement's
+-- snapshot cannot be locked and is skipped; its successor is claimed at the next look.
+WITH keyed AS (
+    SELECT e.id
+    FROM pgjobs_outbox_key k
+    JOIN pgjobs_outbox_event e
+      -- "ORDER BY key, id": the order of the (key, id) index, which finds a key's head at once
+      ON e.id = (SELECT h.id FROM pgjobs_outbox_event h WHERE h.key = k.key
+                 ORDER BY h.key, h.id LIMIT 1)
+    WHERE e.available_at <= now()
+      AND (e.claimed_until IS NULL OR e.claimed_until < now())
+    ORDER BY e.id
+    LIMIT %(limit)s
+    FOR UPDATE OF e SKIP LOCKED
+), loose AS (
+    SELECT e.id FROM pgjobs_outbox_event e
+    WHERE e.key IS NULL
+      AND e.available_at <= now()
+      AND (e.claimed_until IS NULL OR e.claimed_until < now())
+    ORDER BY e.id
+    LIMIT %(limit)s
+    FOR UPDATE OF e SKIP LOCKED
+)
+UPDATE pgjobs_outbox_event e
+SET claimed_until = now() + make_interval(secs => %(lease)s), claim_token = %(token)s::uuid
+FROM (SELECT id FROM keyed UNION ALL SELECT id FROM loose) claimed
+WHERE e.id = claimed.id
+RETURNING e.id, e.topic, e.key, e.payload::text AS body, e.headers::text AS header_text,
+          e.created_at, e.attempts;
+
+-- name: outbox_published
+-- Delete the events the broker confirmed; fenced by the claim token (a relay whose lease ran
+-- out deletes nothing another relay now holds).
+DELETE FROM pgjobs_outbox_event
+WHERE id = ANY(%(ids)s::bigint[]) AND claim_token = %(token)s::uuid;
+
+-- name: outbox_retry
+-- Give claimed events back to be tried after `delay` seconds (the broker was unreachable);
+-- fenced.
+UPDATE pgjobs_outbox_event
+SET claimed_until = NULL, claim_token = NULL, attempts = attempts + 1, last_error = %(error)s,
+    available_at = now() + make_interval(secs => %(delay)s)
+WHERE id = ANY(%(ids)s::bigint[]) AND claim_token = %(token)s::uuid;
+
+-- name: outbox_dead_letter
+-- Move an event the broker refused to pgjobs_outbox_deadletter in one statement; fenced.
+WITH moved AS (
+    DELETE FROM pgjobs_outbox_event
+    WHERE id = %(id)s AND claim_token = %(token)s::uuid
+    RETURNING *
+)
+INSERT INTO pgjobs_outbox_deadletter (id, topic, key, payload, headers, created_at, attempts,
+                                      error, failed_at)
+SELECT id, topic, key, payload, headers, created_at, attempts, %(error)s, now() FROM moved;
+
+-- name: outbox_prune_keys
+-- Delete the key rows no event uses any more (a publisher holding one is skipped). Run in a
+-- REPEATABLE READ transaction: a key row a publisher changed after this statement's snapshot
+-- (its event committed unseen) fails the statement instead of being deleted under the event.
+DELETE FROM pgjobs_outbox_key
+WHERE key IN (
+    SELECT k.key FROM pgjobs_outbox_key k
+    WHERE NOT EXISTS (SELECT 1 FROM pgjobs_outbox_event e WHERE e.key = k.key)
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+);
+
+-- name: outbox_backlog
+-- The events not yet published (counted up to `cap`) and the age of the oldest (by id: ids
+-- follow commit order closely enough for an age in seconds, and the primary key serves it).
+SELECT (SELECT count(*) FROM (SELECT 1 FROM pgjobs_outbox_event LIMIT %(cap)s) capped) AS events,
+       (SELECT EXTRACT(epoch FROM now() - created_at)::float8
+        FROM pgjobs_outbox_event ORDER BY id LIMIT 1) AS oldest_seconds,
+       (SELECT count(*) FROM (SELECT 1 FROM pgjobs_outbox_deadletter LIMIT %(cap)s) capped)
+           AS dead_lettered;
+
+-- name: outbox_consume_once
+-- Record that `consumer` handled event `event_id`, in the handler's transaction; no row comes
+-- back when it already had (a redelivery).
+INSERT INTO pgjobs_processed_event (consumer, event_id, processed_at)
+VALUES (%(consumer)s, %(event_id)s, now())
+ON CONFLICT (consumer, event_id) DO NOTHING
+RETURNING id;

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from django.db import DatabaseError
 
 from .. import operations, registry, signals, tracing
+from ..outbox import relay as outbox_relay
 from .aborts import AbortNotice, mark_aborted
 from .acks import Acknowledgements
 from .claiming import Claimer
@@ -173,6 +174,11 @@ class Worker:
             ),
             Scheduler(db, SchedulerConfig(misfire_grace_seconds=o.misfire_grace)),
             StatsLog(StatsLogConfig(o.stats_interval), self.state.stats),
+            *(
+                [outbox_relay.relay_from_settings(db, o.outbox_publisher)]
+                if o.outbox_publisher
+                else []
+            ),
         ]
 
     # -- public ---------------------------------------------------------------------------------

@@ -53,6 +53,7 @@ class WorkerOptions:
     unknown_job_grace: float
     release: str
     misfire_grace: float
+    outbox_publisher: str  # "": runjobs relays no outbox
 
     @classmethod
     def build(
@@ -108,6 +109,7 @@ class WorkerOptions:
             unknown_job_grace=config.UNKNOWN_JOB_GRACE_SECONDS,
             release=config.RELEASE,
             misfire_grace=config.SCHEDULE_MISFIRE_GRACE_SECONDS,
+            outbox_publisher="" if inline else config.OUTBOX_PUBLISHER,
         )
 
     @property

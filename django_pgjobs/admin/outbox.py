@@ -1,0 +1,42 @@
+"""The outbox in the admin: the events waiting for the relay (with the backlog and the oldest
+event's age above the list) and the events the broker refused. Read-only: the relay owns the
+events (docs/howto/outbox.md)."""
+
+from __future__ import annotations
+
+from django.db import connections, router
+
+from ..outbox import status
+from .base import OperatorAdmin
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "none"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+class OutboxEventAdmin(OperatorAdmin):
+    list_display = ("id", "topic", "key", "created_at", "attempts", "available_at", "last_error")
+    list_filter = ()
+    search_fields = ()
+    ordering = ("id",)
+
+    def changelist_view(self, request, extra_context=None):
+        alias = router.db_for_read(self.model)
+        backlog = status.backlog(connections[alias])
+        capped = "+" if backlog.events >= status.COUNT_CAP else ""
+        subtitle = (
+            f"Backlog: {backlog.events:,}{capped} event(s) not yet published; oldest waiting "
+            f"{_age(backlog.oldest_seconds)}; {backlog.dead_lettered:,} refused by the broker"
+        )
+        return super().changelist_view(request, {**(extra_context or {}), "subtitle": subtitle})
+
+
+class OutboxDeadLetterAdmin(OperatorAdmin):
+    list_display = ("id", "topic", "key", "created_at", "failed_at", "attempts", "error")
+    ordering = ("-failed_at", "-id")
