@@ -112,6 +112,18 @@ class Job(models.Model):
         "path); empty for jobs registered with @job.",
     )
 
+    replayed_from = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="Id of the dead letter this job was requeued from (empty: enqueued).",
+    )
+    repairs = models.JSONField(
+        default=list,
+        db_default=models.Value([], models.JSONField()),
+        help_text="Audit trail of operator repairs (edited arguments, replays): at, by, what "
+        "changed; carried between the job and its dead letters.",
+    )
+
     objects = JobQuerySet.as_manager()
 
     #: What the ``enqueue()`` that returned this instance did (``uniqueness.EnqueueOutcome``:
@@ -235,6 +247,17 @@ class DeadLetter(models.Model):
         null=True, blank=True, help_text="Start of the job's first attempt."
     )
     failed_at = models.DateTimeField(default=timezone.now)
+    replayed_from = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="Id of the dead letter the job that died here was requeued from.",
+    )
+    repairs = models.JSONField(
+        default=list,
+        db_default=models.Value([], models.JSONField()),
+        help_text="Audit trail of operator repairs (edited arguments, replays): at, by, what "
+        "changed; carried between the job and its dead letters.",
+    )
 
     class Meta:
         db_table = "pgjobs_deadletter"

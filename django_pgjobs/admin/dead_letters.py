@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from .. import overview
-from . import confirm, display
+from . import confirm, display, repairs
 from .actions import DEAD_LETTER_ACTIONS, Action, bulk_actions
 from .base import (
     CappedChangeList,
@@ -101,9 +101,14 @@ class DeadLetterAdmin(JobRowAdmin):
             {"fields": ("reason", "error_type", "attempts_of_max", "created", "failed")},
         ),
         ("Arguments", {"fields": ("arguments", "keyword_arguments")}),
+        ("Repairs", {"fields": ("repair_trail",)}),
     )
     readonly_fields = flatten_fieldsets(fieldsets)
     failed = display.time_field("failed_at", "failed at")
+
+    @admin.display(description="audit trail")
+    def repair_trail(self, obj):
+        return repairs.trail_html(self, obj)
 
     # -- list ---------------------------------------------------------------------------------
 
@@ -138,7 +143,18 @@ class DeadLetterAdmin(JobRowAdmin):
     # -- pages and actions ----------------------------------------------------------------------
 
     def extra_urls(self):
-        return [self.route("summary/", self.summary, "summary")]
+        return [
+            self.route("summary/", self.summary, "summary"),
+            self.route("<path:object_id>/edit/", self.edit, "edit"),
+        ]
+
+    def edit(self, request, object_id):
+        return repairs.edit_view(self, request, object_id)
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        if obj is not None and self.has_operate_permission(request):
+            context = {**context, "edit_url": reverse(self.url_name("edit"), args=[obj.pk])}
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
     def summary(self, request):
         """Dead letters of the last 7 days by error type, by job name, and by both."""

@@ -367,12 +367,12 @@ WITH moved AS (
 INSERT INTO pgjobs_deadletter (job_id, name, queue, priority, args, kwargs, attempts,
                                max_attempts, unique_key, timeout, reason, error_type, errors,
                                created_at, started_at, first_started_at, failed_at, keep_result,
-                               task_backend)
+                               task_backend, replayed_from, repairs)
 SELECT id, name, queue, priority, args, kwargs, attempts, max_attempts,
        unique_key, timeout, reason, error_type, errors || error, created_at,
        CASE WHEN unrecorded_start THEN now() ELSE started_at END,
        COALESCE(first_started_at, started_at, CASE WHEN unrecorded_start THEN now() END),
-       now(), keep_result, task_backend
+       now(), keep_result, task_backend, replayed_from, repairs
 FROM moved
 RETURNING id
 
@@ -591,9 +591,9 @@ moved AS (
 inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
                             max_attempts, unique_key, timeout, created_at, worker, errors,
-                            keep_result, task_backend)
+                            keep_result, task_backend, replayed_from, repairs)
     SELECT name, queue, priority, args, kwargs, 'ready', now(), 0, max_attempts, unique_key,
-           timeout, now(), '', errors, keep_result, task_backend
+           timeout, now(), '', errors, keep_result, task_backend, id, repairs
     FROM moved
     RETURNING id, queue
 ),
@@ -601,6 +601,37 @@ woken AS (
     SELECT pg_notify('pgjobs', queue) FROM (SELECT DISTINCT queue FROM inserted) AS queues
 )
 SELECT inserted.id FROM inserted, (SELECT count(*) FROM woken) AS notified;
+
+-- name: requeue_edited_dead_letter
+-- Requeue one dead letter with new arguments (checked by the caller), in one statement: the dead
+-- letter disappears exactly when its job appears, as in requeue_dead_letters. The new job links
+-- back to the dead letter (`replayed_from`) and its audit trail (`repairs`) gains one entry: who
+-- changed what, and when. No row: the dead letter is gone (requeued or deleted by someone else),
+-- or its unique key is held by a ready or running job.
+WITH moved AS (
+    DELETE FROM pgjobs_deadletter AS d
+    WHERE d.id = %(id)s AND d.name = %(name)s
+      AND NOT EXISTS (
+          SELECT 1 FROM pgjobs_job AS j
+          WHERE j.unique_key = d.unique_key AND j.status IN ('ready', 'running')
+      )
+    RETURNING d.*
+),
+inserted AS (
+    INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
+                            max_attempts, unique_key, timeout, created_at, worker, errors,
+                            keep_result, task_backend, replayed_from, repairs)
+    SELECT name, queue, priority, %(args)s::jsonb, %(kwargs)s::jsonb, 'ready', now(), 0,
+           max_attempts, unique_key, timeout, now(), '', errors, keep_result, task_backend, id,
+           repairs || jsonb_build_array(jsonb_build_object(
+               'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+               'by', %(by)s::text, 'action', 'edit and requeue', 'dead_letter', id,
+               'job_id', job_id, 'args_before', args, 'kwargs_before', kwargs,
+               'args', %(args)s::jsonb, 'kwargs', %(kwargs)s::jsonb))
+    FROM moved
+    RETURNING id, queue
+)
+SELECT inserted.id, pg_notify('pgjobs', inserted.queue) IS NULL AS _notified FROM inserted;
 
 -- name: delete_dead_letters
 -- Delete dead letters for good.
