@@ -101,6 +101,7 @@ def _shared_params(definition: JobSpec, options: CallOptions) -> dict[str, Any]:
             definition.keep_result if options.keep_result is None else options.keep_result
         ),
         "task_backend": definition.task_backend,
+        "version": getattr(definition, "version", 1),  # a task's payload has no version
     }
 
 
@@ -335,6 +336,7 @@ def enqueue_many(
             "max_attempts": params["max_attempts"],
             "timeout": params["timeout"],
             "keep_result": params["keep_result"],
+            "version": params["version"],
             "notify": get_config().LISTEN_NOTIFY,
         },
     )
@@ -422,6 +424,8 @@ def _jobs_from_inserted(
         "result": None,
         "task_backend": params["task_backend"],
         "waiting_key": None,
+        "version": params["version"],
+        "replayed_from": None,
         "enqueue_outcome": EnqueueOutcome.CREATED,
     }
     jobs = []
@@ -434,7 +438,13 @@ def _jobs_from_inserted(
             continue  # this one was not inserted: its key is in flight
         job = Job.__new__(Job)
         job.__dict__.update(
-            common, id=pair[0], unique_key=unique_key, args=args, kwargs=kwargs, errors=[]
+            common,
+            id=pair[0],
+            unique_key=unique_key,
+            args=args,
+            kwargs=kwargs,
+            errors=[],
+            repairs=[],
         )
         job._state = ModelState()
         job._state.adding = False

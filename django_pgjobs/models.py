@@ -112,6 +112,11 @@ class Job(models.Model):
         "path); empty for jobs registered with @job.",
     )
 
+    version = models.IntegerField(
+        default=1,
+        db_default=1,  # statements that do not name it (older releases' INSERTs): version 1
+        help_text="Version of the job's payload it was enqueued with (@job(version=...)).",
+    )
     replayed_from = models.BigIntegerField(
         null=True,
         blank=True,
@@ -247,6 +252,11 @@ class DeadLetter(models.Model):
         null=True, blank=True, help_text="Start of the job's first attempt."
     )
     failed_at = models.DateTimeField(default=timezone.now)
+    version = models.IntegerField(
+        default=1,
+        db_default=1,  # statements that do not name it (older releases' INSERTs): version 1
+        help_text="Version of the job's payload it was enqueued with (@job(version=...)).",
+    )
     replayed_from = models.BigIntegerField(
         null=True,
         blank=True,

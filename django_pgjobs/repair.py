@@ -26,6 +26,7 @@ class EditRefused(ValueError):
 class CheckedArguments(NamedTuple):
     args_json: str
     kwargs_json: str
+    version: int  # the job's payload version now: the arguments fit its current signature
 
 
 def parse_arguments(args_text: str, kwargs_text: str) -> tuple[list, dict]:
@@ -58,7 +59,7 @@ def check_arguments(name: str, args: list, kwargs: dict) -> CheckedArguments:
         args_json, kwargs_json = dump_arguments(args, kwargs, get_config().MAX_PAYLOAD_BYTES)
     except (TypeError, ValueError) as error:
         raise EditRefused(str(error)) from None
-    return CheckedArguments(args_json, kwargs_json)
+    return CheckedArguments(args_json, kwargs_json, definition.version)
 
 
 def _signature(definition: registry.JobDefinition) -> str:
@@ -91,6 +92,7 @@ def requeue_edited(
         "args": checked.args_json,
         "kwargs": checked.kwargs_json,
         "by": by,
+        "version": checked.version,
     }
     rows = db.execute(connection, "requeue_edited_dead_letter", params)
     return rows[0]["id"] if rows else None

@@ -140,3 +140,12 @@ def test_arguments_the_admin_redacts_are_not_offered_for_editing(operator, setti
     response = operator.get(edit_url(secret.pk))
     assert response.status_code == 302
     assert any("cannot be edited here" in text for text in messages_text(response))
+
+
+def test_an_edited_job_takes_the_payload_version_its_arguments_were_checked_against(operator):
+    old = dead_letter(
+        name="testproject.handlers.versions.award_points", queue="handlers", args=["s", 1]
+    )
+    assert old.version == 1
+    operator.post(edit_url(old.pk), {"args": '["s"]', "kwargs": '{"amount": 3}'})
+    assert Job.objects.get().version == 2  # not upgraded again: it fits version 2 already

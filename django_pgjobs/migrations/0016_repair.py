@@ -45,4 +45,22 @@ class Migration(migrations.Migration):
                 null=True,
             ),
         ),
+        migrations.AddField(
+            model_name="deadletter",
+            name="version",
+            field=models.IntegerField(
+                db_default=1,
+                default=1,
+                help_text="Version of the job's payload it was enqueued with (@job(version=...)).",
+            ),
+        ),
+        migrations.AddField(
+            model_name="job",
+            name="version",
+            field=models.IntegerField(
+                db_default=1,
+                default=1,
+                help_text="Version of the job's payload it was enqueued with (@job(version=...)).",
+            ),
+        ),
     ]

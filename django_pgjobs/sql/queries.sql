@@ -11,11 +11,11 @@
 WITH inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
                             max_attempts, unique_key, timeout, created_at, worker, errors,
-                            keep_result, task_backend)
+                            keep_result, task_backend, version)
     VALUES (%(name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb, 'ready',
             COALESCE(%(run_after)s::timestamptz, now()), 0, %(max_attempts)s, %(unique_key)s,
             %(timeout)s::float8, now(), '', '[]'::jsonb, %(keep_result)s::boolean,
-            %(task_backend)s)
+            %(task_backend)s, %(version)s::int)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
     DO NOTHING
     RETURNING id, queue, run_after, created_at, unique_key
@@ -35,11 +35,12 @@ FROM inserted;
 -- `unique_key` holds the key for the scope 'in_flight', `waiting_key` for 'waiting'.
 INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
                         max_attempts, unique_key, waiting_key, timeout, created_at, worker,
-                        errors, keep_result, task_backend)
+                        errors, keep_result, task_backend, version)
 SELECT %(name)s::text, %(queue)s::text, %(priority)s::smallint, %(args)s::jsonb,
        %(kwargs)s::jsonb, 'ready', COALESCE(%(run_after)s::timestamptz, now()), 0,
        %(max_attempts)s::int, %(unique_key)s::text, %(waiting_key)s::text, %(timeout)s::float8,
-       now(), '', '[]'::jsonb, %(keep_result)s::boolean, %(task_backend)s::text
+       now(), '', '[]'::jsonb, %(keep_result)s::boolean, %(task_backend)s::text,
+       %(version)s::int
 
 -- part: debounce_waiting_job
 -- The conflict action of a debounced enqueue: the waiting job holding the key takes the newer
@@ -150,10 +151,11 @@ DELETE FROM pgjobs_throttle WHERE ends_at < now() RETURNING key;
 WITH inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
                             max_attempts, unique_key, timeout, created_at, worker, errors,
-                            keep_result)
+                            keep_result, version)
     SELECT %(name)s::text, %(queue)s::text, %(priority)s::smallint, a, k, 'ready',
            COALESCE(%(run_after)s::timestamptz, now()), 0, %(max_attempts)s::int, u,
-           %(timeout)s::float8, now(), '', '[]'::jsonb, %(keep_result)s::boolean
+           %(timeout)s::float8, now(), '', '[]'::jsonb, %(keep_result)s::boolean,
+           %(version)s::int
     FROM unnest(%(args)s::jsonb[], %(kwargs)s::jsonb[], %(unique_keys)s::text[]) AS rows(a, k, u)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
     DO NOTHING
@@ -235,7 +237,7 @@ WHERE j.id = picked.id
 RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs,
           j.attempts, j.max_attempts,
           j.timeout,
-          j.task_backend,
+          j.task_backend, j.version,
           extract(epoch FROM j.run_after)::float8 AS run_after,
           extract(epoch FROM j.created_at)::float8 AS created_at, j.keep_result,
           j.abort_requested_at IS NOT NULL AS abort_requested, NOT picked.starts AS held,
@@ -367,12 +369,12 @@ WITH moved AS (
 INSERT INTO pgjobs_deadletter (job_id, name, queue, priority, args, kwargs, attempts,
                                max_attempts, unique_key, timeout, reason, error_type, errors,
                                created_at, started_at, first_started_at, failed_at, keep_result,
-                               task_backend, replayed_from, repairs)
+                               task_backend, replayed_from, repairs, version)
 SELECT id, name, queue, priority, args, kwargs, attempts, max_attempts,
        unique_key, timeout, reason, error_type, errors || error, created_at,
        CASE WHEN unrecorded_start THEN now() ELSE started_at END,
        COALESCE(first_started_at, started_at, CASE WHEN unrecorded_start THEN now() END),
-       now(), keep_result, task_backend, replayed_from, repairs
+       now(), keep_result, task_backend, replayed_from, repairs, version
 FROM moved
 RETURNING id
 
@@ -591,9 +593,9 @@ moved AS (
 inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
                             max_attempts, unique_key, timeout, created_at, worker, errors,
-                            keep_result, task_backend, replayed_from, repairs)
+                            keep_result, task_backend, replayed_from, repairs, version)
     SELECT name, queue, priority, args, kwargs, 'ready', now(), 0, max_attempts, unique_key,
-           timeout, now(), '', errors, keep_result, task_backend, id, repairs
+           timeout, now(), '', errors, keep_result, task_backend, id, repairs, version
     FROM moved
     RETURNING id, queue
 ),
@@ -620,14 +622,15 @@ WITH moved AS (
 inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
                             max_attempts, unique_key, timeout, created_at, worker, errors,
-                            keep_result, task_backend, replayed_from, repairs)
+                            keep_result, task_backend, replayed_from, repairs, version)
     SELECT name, queue, priority, %(args)s::jsonb, %(kwargs)s::jsonb, 'ready', now(), 0,
            max_attempts, unique_key, timeout, now(), '', errors, keep_result, task_backend, id,
            repairs || jsonb_build_array(jsonb_build_object(
                'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
                'by', %(by)s::text, 'action', 'edit and requeue', 'dead_letter', id,
                'job_id', job_id, 'args_before', args, 'kwargs_before', kwargs,
-               'args', %(args)s::jsonb, 'kwargs', %(kwargs)s::jsonb))
+               'args', %(args)s::jsonb, 'kwargs', %(kwargs)s::jsonb)),
+           %(version)s::int
     FROM moved
     RETURNING id, queue
 )
