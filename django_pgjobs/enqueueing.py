@@ -304,6 +304,10 @@ def _unsaved(params: dict[str, Any], call: tuple, alias: str) -> Job:
     return job
 
 
+#: What every job of an ``enqueue_jobs`` statement shares.
+_MANY_PARAMS = "name queue priority run_after max_attempts timeout keep_result version".split()
+
+
 def enqueue_many(
     definition: JobSpec, options: CallOptions, calls: Iterable[tuple | list | tuple[tuple, dict]]
 ) -> list[Job]:
@@ -329,14 +333,7 @@ def enqueue_many(
         "enqueue_jobs",
         {
             **columns,
-            "name": params["name"],
-            "queue": params["queue"],
-            "priority": params["priority"],
-            "run_after": params["run_after"],
-            "max_attempts": params["max_attempts"],
-            "timeout": params["timeout"],
-            "keep_result": params["keep_result"],
-            "version": params["version"],
+            **{key: params[key] for key in _MANY_PARAMS},
             "notify": get_config().LISTEN_NOTIFY,
         },
     )
@@ -438,14 +435,9 @@ def _jobs_from_inserted(
             continue  # this one was not inserted: its key is in flight
         job = Job.__new__(Job)
         job.__dict__.update(
-            common,
-            id=pair[0],
-            unique_key=unique_key,
-            args=args,
-            kwargs=kwargs,
-            errors=[],
-            repairs=[],
+            common, id=pair[0], unique_key=unique_key, args=args, kwargs=kwargs, errors=[]
         )
+        job.repairs = []
         job._state = ModelState()
         job._state.adding = False
         job._state.db = alias
