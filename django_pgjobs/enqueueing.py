@@ -422,7 +422,6 @@ def _jobs_from_inserted(
         "task_backend": params["task_backend"],
         "waiting_key": None,
         "version": params["version"],
-        "replayed_from": None,
         "enqueue_outcome": EnqueueOutcome.CREATED,
     }
     jobs = []
@@ -437,7 +436,7 @@ def _jobs_from_inserted(
         job.__dict__.update(
             common, id=pair[0], unique_key=unique_key, args=args, kwargs=kwargs, errors=[]
         )
-        job.repairs = []
+        job.repairs, job.replayed_from = [], None
         job._state = ModelState()
         job._state.adding = False
         job._state.db = alias

@@ -382,6 +382,11 @@ class QueueStat(models.Model):
     dead_lettered = models.IntegerField(
         default=0, help_text="Jobs moved to the dead letters by a worker."
     )
+    pruned = models.IntegerField(
+        default=0,
+        db_default=0,  # the workers' counts upsert does not name it
+        help_text="Dead letters of this queue pruned by retention (DEAD_LETTER_MAX_* settings).",
+    )
     wait_buckets = IntegerArrayField(
         default=list,
         help_text="Claims per wait-time bucket (``metrics.WAIT_BUCKET_BOUNDS``); wait is the "

@@ -245,6 +245,21 @@ def prune_succeeded(
     return len(db.execute(connection, "prune_succeeded", params))
 
 
+class PrunedDeadLetters(NamedTuple):
+    held: bool  # False: another worker was pruning; nothing was deleted
+    pruned: int
+
+
+def prune_dead_letters(
+    connection: Connection, max_age_seconds: float | None, max_per_name: int | None, limit: int
+) -> PrunedDeadLetters:
+    """Delete one batch (at most ``limit``) of dead letters older than ``max_age_seconds`` or
+    beyond the newest ``max_per_name`` of their job name, counted in ``pgjobs_stat.pruned``."""
+    params = {"max_age": max_age_seconds, "max_per_name": max_per_name, "limit": limit}
+    row = db.execute(connection, "prune_dead_letters", params)[0]
+    return PrunedDeadLetters(row["held"], row["pruned"])
+
+
 def prune_throttle_windows(connection: Connection) -> int:
     """Delete the throttle windows past their end; returns how many."""
     return len(db.execute(connection, "prune_throttle_windows"))

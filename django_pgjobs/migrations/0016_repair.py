@@ -63,4 +63,13 @@ class Migration(migrations.Migration):
                 help_text="Version of the job's payload it was enqueued with (@job(version=...)).",
             ),
         ),
+        migrations.AddField(
+            model_name="queuestat",
+            name="pruned",
+            field=models.IntegerField(
+                db_default=0,
+                default=0,
+                help_text="Dead letters of this queue pruned by retention (DEAD_LETTER_MAX_* settings).",
+            ),
+        ),
     ]

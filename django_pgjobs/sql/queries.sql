@@ -636,6 +636,73 @@ inserted AS (
 )
 SELECT inserted.id, pg_notify('pgjobs', inserted.queue) IS NULL AS _notified FROM inserted;
 
+-- name: prune_dead_letters
+-- Delete one bounded batch of dead letters past their retention: failed more than `max_age`
+-- seconds ago, or beyond the newest `max_per_name` of their job name (NULL: no such limit);
+-- oldest first, at most `limit` rows. One worker at a time without a session lock: the
+-- transaction-level advisory lock is tried inside the statement (autocommit: released when it
+-- ends); a worker that does not get it deletes nothing (`held` false). The rows deleted are
+-- counted per queue in pgjobs_stat (`pruned`) by the same statement. Per name, the cutoff is
+-- found through pgjobs_dl_name_idx (a loose scan of the names, then one probe each).
+WITH RECURSIVE gate AS MATERIALIZED (
+    SELECT pg_try_advisory_xact_lock(hashtext('django_pgjobs.prune_dead_letters')) AS held
+),
+names(name) AS (
+    (SELECT name FROM pgjobs_deadletter
+     WHERE %(max_per_name)s::int IS NOT NULL AND (SELECT held FROM gate)
+     ORDER BY name LIMIT 1)
+    UNION ALL
+    SELECT (SELECT d.name FROM pgjobs_deadletter AS d WHERE d.name > names.name
+            ORDER BY d.name LIMIT 1)
+    FROM names WHERE names.name IS NOT NULL
+),
+cutoffs AS (
+    SELECT names.name, newest_kept.failed_at, newest_kept.id
+    FROM names
+    CROSS JOIN LATERAL (
+        SELECT d.failed_at, d.id FROM pgjobs_deadletter AS d
+        WHERE d.name = names.name
+        ORDER BY d.failed_at DESC, d.id DESC
+        OFFSET %(max_per_name)s::int LIMIT 1
+    ) AS newest_kept
+    WHERE names.name IS NOT NULL
+),
+over_count AS (
+    SELECT beyond.id, beyond.failed_at
+    FROM cutoffs
+    CROSS JOIN LATERAL (
+        SELECT d.id, d.failed_at FROM pgjobs_deadletter AS d
+        WHERE d.name = cutoffs.name AND (d.failed_at, d.id) <= (cutoffs.failed_at, cutoffs.id)
+        ORDER BY d.failed_at, d.id
+        LIMIT %(limit)s::int
+    ) AS beyond
+),
+too_old AS (
+    SELECT d.id, d.failed_at FROM pgjobs_deadletter AS d
+    WHERE %(max_age)s::float8 IS NOT NULL AND (SELECT held FROM gate)
+      AND d.failed_at < now() - %(max_age)s::float8 * interval '1 second'
+    ORDER BY d.failed_at, d.id
+    LIMIT %(limit)s::int
+),
+doomed AS (
+    SELECT id FROM (SELECT * FROM too_old UNION SELECT * FROM over_count) AS both_kinds
+    ORDER BY failed_at, id
+    LIMIT %(limit)s::int
+),
+deleted AS (
+    DELETE FROM pgjobs_deadletter AS d USING doomed WHERE d.id = doomed.id RETURNING d.queue
+),
+counted AS (
+    INSERT INTO pgjobs_stat (queue, minute, succeeded, retried, dead_lettered, wait_buckets,
+                             pruned)
+    SELECT queue, date_trunc('minute', now()), 0, 0, 0, '{}'::int[], count(*)
+    FROM deleted GROUP BY queue ORDER BY queue
+    ON CONFLICT (queue, minute) DO UPDATE SET pruned = pgjobs_stat.pruned + EXCLUDED.pruned
+    RETURNING pruned
+)
+SELECT (SELECT held FROM gate) AS held, (SELECT count(*) FROM deleted) AS pruned,
+       (SELECT count(*) FROM counted) AS queues;
+
 -- name: delete_dead_letters
 -- Delete dead letters for good.
 DELETE FROM pgjobs_deadletter WHERE id = ANY(%(ids)s::bigint[]) RETURNING id;
