@@ -335,7 +335,15 @@ def terminate_backends(connection: Connection, pids: Sequence[int]) -> int:
 
 
 def requeue_dead_letters(connection: Connection, ids: Sequence[int]) -> list[int]:
-    """Move dead letters back as fresh jobs in one statement; returns the new job ids.
+    """``requeue_dead_letters_spread`` with every job due now; the new job ids."""
+    return [job_id for job_id, _ in requeue_dead_letters_spread(connection, ids, 0.0)]
+
+
+def requeue_dead_letters_spread(
+    connection: Connection, ids: Sequence[int], spacing_seconds: float
+) -> list[tuple[int, datetime]]:
+    """Move dead letters back as fresh jobs in one statement, due ``spacing_seconds`` apart
+    (oldest dead letter first, the first now); returns the new jobs' ``(id, due time)``.
 
     A dead letter whose unique key is held by a ready or running job stays, and of several
     selected dead letters sharing a key only the newest is requeued. When a concurrent enqueue
@@ -343,11 +351,12 @@ def requeue_dead_letters(connection: Connection, ids: Sequence[int]) -> list[int
     fails as a whole (nothing moved) inside a savepoint and runs once more: the second run sees
     the committed job and leaves that dead letter where it is.
     """
-    params = {"ids": list(ids)}
+    params = {"ids": list(ids), "spacing": spacing_seconds}
     for last_try in (False, True):
         try:
             with transaction.atomic(using=connection.alias):
-                return db.ids_of(db.execute(connection, "requeue_dead_letters", params))
+                rows = db.execute(connection, "requeue_dead_letters", params)
+                return [(row["id"], row["run_after"]) for row in rows]
         except IntegrityError as error:
             diag = getattr(error.__cause__, "diag", None)
             if last_try or getattr(diag, "constraint_name", None) != UNIQUE_KEY_IN_FLIGHT:

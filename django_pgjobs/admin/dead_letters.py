@@ -35,10 +35,7 @@ LIST_FIELDS = (
     "error_type",
     "failed_at",
 )
-GONE = (
-    "already requeued or deleted by someone else, or their unique key is held by a ready or "
-    "running job, or by a newer selected dead letter requeued instead"
-)
+GONE = repairs.GONE
 
 
 class FailedWithinFilter(admin.SimpleListFilter):
@@ -91,7 +88,13 @@ class DeadLetterAdmin(JobRowAdmin):
         "A dead letter id, the id the job had, a job name (full or its function name), an error "
         "type or a unique key."
     )
-    actions = bulk_actions(DEAD_LETTER_ACTIONS)
+    actions = (
+        *bulk_actions(DEAD_LETTER_ACTIONS),
+        admin.action(
+            description="Replay selected dead letters over time (at a rate)",
+            permissions=["operate"],
+        )(repairs.replay_over_time),
+    )
     row_actions = DEAD_LETTER_ACTIONS
     dead_letters = True
     fieldsets = (

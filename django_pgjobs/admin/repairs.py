@@ -12,8 +12,15 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from .. import redaction, repair
+from .. import operations, redaction, repair
+from . import display
 from .base import refuse_mutation, require_view, row_id
+
+#: Why selected dead letters were not requeued.
+GONE = (
+    "already requeued or deleted by someone else, or their unique key is held by a ready or "
+    "running job, or by a newer selected dead letter requeued instead"
+)
 
 
 def edit_view(model_admin, request, object_id):
@@ -124,3 +131,56 @@ def trail_html(model_admin, obj) -> str:
 def _short(value, limit: int = 200) -> str:
     text = json.dumps(redaction.redact_value(value), ensure_ascii=False)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+#: Highest replay rate the form accepts, in jobs per second.
+MAX_REPLAY_RATE = 10_000.0
+
+
+def replay_over_time(model_admin, request, queryset):
+    """The changelist action "Replay over time": first a page asking the rate (jobs per second),
+    then the selected dead letters requeued in one statement, due ``1 / rate`` seconds apart
+    (oldest first, the first now); the message says how many and when the last runs."""
+    ids, truncated = model_admin.bulk_ids(queryset)
+    rate, problem = _rate(request.POST.get("rate"))
+    if rate is None:
+        context = model_admin.page_context(
+            request,
+            f"Replay {len(ids):,} dead letter{'s' if len(ids) != 1 else ''} over time",
+            # "select all" of a filtered list: the same filter (the page's query string) again,
+            # not thousands of ids in a form (DATA_UPLOAD_MAX_NUMBER_FIELDS)
+            select_across=request.POST.get("select_across") == "1",
+            ids=sorted(ids),
+            count=len(ids),
+            problem=problem,
+            rate_text=request.POST.get("rate", ""),
+            changelist_url=reverse(model_admin.url_name("changelist")),
+        )
+        return TemplateResponse(request, "admin/django_pgjobs/deadletter_replay.html", context)
+    scheduled = operations.requeue_dead_letters_spread(model_admin.connection(), ids, 1 / rate)
+    skipped = len(ids) - len(scheduled)
+    if not scheduled:
+        messages.warning(request, "No dead letter was requeued: all were gone or held.")
+        return None
+    last = max(run_after for _, run_after in scheduled)
+    seconds = (len(scheduled) - 1) / rate
+    done = (
+        f"Scheduled {len(scheduled):,} job{'s' if len(scheduled) != 1 else ''} at {rate:g}/s: "
+        f"the first is due now, the last at {display.local(last):%Y-%m-%d %H:%M:%S} "
+        f"(in {display.duration(seconds)})."
+    )
+    left = f"{skipped:,} selected dead letters were left alone ({GONE})." if skipped else ""
+    model_admin.report(request, done, left, truncated)
+    return None
+
+
+def _rate(text: str | None) -> tuple[float | None, str]:
+    if text is None:
+        return None, ""
+    try:
+        rate = float(text)
+    except ValueError:
+        return None, f"The rate must be a number of jobs per second, not {text!r}."
+    if not 0 < rate <= MAX_REPLAY_RATE:  # NaN fails too
+        return None, f"The rate must be more than 0 and at most {MAX_REPLAY_RATE:g} per second."
+    return rate, ""

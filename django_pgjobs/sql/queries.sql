@@ -569,6 +569,8 @@ FROM unnest(%(pids)s::int[]) AS pid;
 -- key. Callers report the ids that did not come back. A job inserted with the same key by a
 -- concurrent transaction still makes the INSERT fail on pgjobs_job_unique_key_in_flight; the
 -- whole statement then changes nothing (operations.requeue_dead_letters runs it again).
+-- `spacing`: seconds between the jobs' due times, oldest dead letter first (0: all due now;
+-- a staggered replay spreads them at an operator's rate). Returns each job's due time.
 WITH picked AS (
     SELECT id
     FROM (
@@ -590,19 +592,24 @@ moved AS (
     WHERE d.id = picked.id
     RETURNING d.*
 ),
+spaced AS (
+    SELECT moved.*, row_number() OVER (ORDER BY failed_at, id) - 1 AS place FROM moved
+),
 inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
                             max_attempts, unique_key, timeout, created_at, worker, errors,
                             keep_result, task_backend, replayed_from, repairs, version)
-    SELECT name, queue, priority, args, kwargs, 'ready', now(), 0, max_attempts, unique_key,
-           timeout, now(), '', errors, keep_result, task_backend, id, repairs, version
-    FROM moved
-    RETURNING id, queue
+    SELECT name, queue, priority, args, kwargs, 'ready',
+           now() + place * %(spacing)s::float8 * interval '1 second', 0, max_attempts,
+           unique_key, timeout, now(), '', errors, keep_result, task_backend, id, repairs,
+           version
+    FROM spaced
+    RETURNING id, queue, run_after
 ),
 woken AS (
     SELECT pg_notify('pgjobs', queue) FROM (SELECT DISTINCT queue FROM inserted) AS queues
 )
-SELECT inserted.id FROM inserted, (SELECT count(*) FROM woken) AS notified;
+SELECT inserted.id, inserted.run_after FROM inserted, (SELECT count(*) FROM woken) AS notified;
 
 -- name: requeue_edited_dead_letter
 -- Requeue one dead letter with new arguments (checked by the caller), in one statement: the dead
