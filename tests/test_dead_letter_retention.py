@@ -22,6 +22,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 DAY = 86400
 
+# docs/howto/repair.md, "Retention": in settings.PGJOBS
+RETENTION = {
+    "DEAD_LETTER_MAX_AGE_SECONDS": 30 * 24 * 3600,  # 30 days
+    "DEAD_LETTER_MAX_PER_NAME": 10_000,  # the newest 10,000 of each job name
+}
+
 
 def dead_letters(count: int, name: str = "shop.charge", queue: str = "default", days_ago=0):
     """``count`` dead letters of ``name``, failed ``days_ago`` days ago and one second apart."""
@@ -142,11 +148,8 @@ def test_pruning_100000_dead_letters_in_bounded_batches_never_holds_locks_a_seco
 def test_the_settings_reach_the_worker(settings):
     from django_pgjobs.worker.options import WorkerOptions
 
-    settings.PGJOBS = {
-        **settings.PGJOBS,
-        "DEAD_LETTER_MAX_AGE_SECONDS": 3600,
-        "DEAD_LETTER_MAX_PER_NAME": 50,
-        "DEAD_LETTER_PRUNE_BATCH": 200,
-    }
-    assert WorkerOptions.build().dead_letter_retention == (3600, 50, 200)
+    settings.PGJOBS = {**settings.PGJOBS, **RETENTION}
+    assert WorkerOptions.build().dead_letter_retention == (30 * DAY, 10_000, 1000)
+    settings.PGJOBS = {**settings.PGJOBS, "DEAD_LETTER_PRUNE_BATCH": 200}
+    assert WorkerOptions.build().dead_letter_retention[2] == 200
     assert transaction.get_autocommit()
