@@ -38,7 +38,32 @@ class JobQuerySet(models.QuerySet):
         return self.filter(status=Status.RUNNING, lease_expires_at__lt=timezone.now())
 
 
-class Job(models.Model):
+class RepairColumns(models.Model):
+    """What ``pgjobs_job`` and ``pgjobs_deadletter`` both carry for repairs (``repair``,
+    ``versions``), copied by dead-lettering and requeue."""
+
+    version = models.IntegerField(
+        default=1,
+        db_default=1,  # statements that do not name it (older releases' INSERTs): version 1
+        help_text="Version of the job's payload it was enqueued with (@job(version=...)).",
+    )
+    replayed_from = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="Id of the dead letter the job was requeued from (empty: it was enqueued).",
+    )
+    repairs = models.JSONField(
+        default=list,
+        db_default=models.Value([], models.JSONField()),
+        help_text="Audit trail of operator repairs (edited arguments, replays): at, by, what "
+        "changed; carried between the job and its dead letters.",
+    )
+
+    class Meta:
+        abstract = True
+
+
+class Job(RepairColumns):
     """A job waiting, running or (when retention is on) done. See ``states`` for the statuses."""
 
     id = models.BigAutoField(primary_key=True)
@@ -110,23 +135,6 @@ class Job(models.Model):
         db_default="",  # statements that do not name it (native jobs) leave it empty
         help_text="The django.tasks backend alias of a task (name is then the task's module "
         "path); empty for jobs registered with @job.",
-    )
-
-    version = models.IntegerField(
-        default=1,
-        db_default=1,  # statements that do not name it (older releases' INSERTs): version 1
-        help_text="Version of the job's payload it was enqueued with (@job(version=...)).",
-    )
-    replayed_from = models.BigIntegerField(
-        null=True,
-        blank=True,
-        help_text="Id of the dead letter this job was requeued from (empty: enqueued).",
-    )
-    repairs = models.JSONField(
-        default=list,
-        db_default=models.Value([], models.JSONField()),
-        help_text="Audit trail of operator repairs (edited arguments, replays): at, by, what "
-        "changed; carried between the job and its dead letters.",
     )
 
     objects = JobQuerySet.as_manager()
@@ -217,7 +225,7 @@ class Job(models.Model):
         return self.errors[-1] if self.errors else None
 
 
-class DeadLetter(models.Model):
+class DeadLetter(RepairColumns):
     """A job that will not run again by itself: attempts exhausted, unknown name or bad row."""
 
     id = models.BigAutoField(primary_key=True)
@@ -252,22 +260,6 @@ class DeadLetter(models.Model):
         null=True, blank=True, help_text="Start of the job's first attempt."
     )
     failed_at = models.DateTimeField(default=timezone.now)
-    version = models.IntegerField(
-        default=1,
-        db_default=1,  # statements that do not name it (older releases' INSERTs): version 1
-        help_text="Version of the job's payload it was enqueued with (@job(version=...)).",
-    )
-    replayed_from = models.BigIntegerField(
-        null=True,
-        blank=True,
-        help_text="Id of the dead letter the job that died here was requeued from.",
-    )
-    repairs = models.JSONField(
-        default=list,
-        db_default=models.Value([], models.JSONField()),
-        help_text="Audit trail of operator repairs (edited arguments, replays): at, by, what "
-        "changed; carried between the job and its dead letters.",
-    )
 
     class Meta:
         db_table = "pgjobs_deadletter"

@@ -23,7 +23,7 @@ class Migration(migrations.Migration):
             name="replayed_from",
             field=models.BigIntegerField(
                 blank=True,
-                help_text="Id of the dead letter the job that died here was requeued from.",
+                help_text="Id of the dead letter the job was requeued from (empty: it was enqueued).",
                 null=True,
             ),
         ),
@@ -41,7 +41,7 @@ class Migration(migrations.Migration):
             name="replayed_from",
             field=models.BigIntegerField(
                 blank=True,
-                help_text="Id of the dead letter this job was requeued from (empty: enqueued).",
+                help_text="Id of the dead letter the job was requeued from (empty: it was enqueued).",
                 null=True,
             ),
         ),
