@@ -153,3 +153,11 @@ def test_the_settings_reach_the_worker(settings):
     settings.PGJOBS = {**settings.PGJOBS, "DEAD_LETTER_PRUNE_BATCH": 200}
     assert WorkerOptions.build().dead_letter_retention[2] == 200
     assert transaction.get_autocommit()
+
+
+def test_the_number_pruned_reaches_the_metrics(admin_client):
+    dead_letters(12, days_ago=10, queue="payments")
+    dead_letters(2, days_ago=0, queue="payments")
+    assert pruner(max_age_seconds=7 * DAY).run_once() == 12
+    text = admin_client.get("/pgjobs/metrics").content.decode()
+    assert 'pgjobs_dead_letters_pruned_last_hour{queue="payments"} 12.0' in text

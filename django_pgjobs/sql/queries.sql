@@ -788,7 +788,7 @@ DELETE FROM pgjobs_stat WHERE minute < now() - %(keep_seconds)s * interval '1 se
 
 -- name: queue_stats_since
 -- Per-minute statistics of every queue since `since` (the dashboard's rates and chart).
-SELECT queue, minute, succeeded, retried, dead_lettered, wait_buckets
+SELECT queue, minute, succeeded, retried, dead_lettered, wait_buckets, pruned
 FROM pgjobs_stat
 WHERE minute >= %(since)s
 ORDER BY minute, queue;
