@@ -245,21 +245,6 @@ def prune_succeeded(
     return len(db.execute(connection, "prune_succeeded", params))
 
 
-class PrunedDeadLetters(NamedTuple):
-    held: bool  # False: another worker was pruning; nothing was deleted
-    pruned: int
-
-
-def prune_dead_letters(
-    connection: Connection, max_age_seconds: float | None, max_per_name: int | None, limit: int
-) -> PrunedDeadLetters:
-    """Delete one batch (at most ``limit``) of dead letters older than ``max_age_seconds`` or
-    beyond the newest ``max_per_name`` of their job name, counted in ``pgjobs_stat.pruned``."""
-    params = {"max_age": max_age_seconds, "max_per_name": max_per_name, "limit": limit}
-    row = db.execute(connection, "prune_dead_letters", params)[0]
-    return PrunedDeadLetters(row["held"], row["pruned"])
-
-
 def prune_throttle_windows(connection: Connection) -> int:
     """Delete the throttle windows past their end; returns how many."""
     return len(db.execute(connection, "prune_throttle_windows"))
@@ -334,16 +319,24 @@ def terminate_backends(connection: Connection, pids: Sequence[int]) -> int:
 # -- operator actions (admin) -------------------------------------------------------------------
 
 
-def requeue_dead_letters(connection: Connection, ids: Sequence[int]) -> list[int]:
+def requeue_dead_letters(
+    connection: Connection, ids: Sequence[int], *, requested_by: str | None = None
+) -> list[int]:
     """``requeue_dead_letters_spread`` with every job due now; the new job ids."""
-    return [job_id for job_id, _ in requeue_dead_letters_spread(connection, ids, 0.0)]
+    spread = requeue_dead_letters_spread(connection, ids, 0.0, requested_by=requested_by)
+    return [job_id for job_id, _ in spread]
 
 
 def requeue_dead_letters_spread(
-    connection: Connection, ids: Sequence[int], spacing_seconds: float
+    connection: Connection,
+    ids: Sequence[int],
+    spacing_seconds: float,
+    *,
+    requested_by: str | None = None,
 ) -> list[tuple[int, datetime]]:
     """Move dead letters back as fresh jobs in one statement, due ``spacing_seconds`` apart
     (oldest dead letter first, the first now); returns the new jobs' ``(id, due time)``.
+    ``requested_by`` (an operator) is recorded in each new job's audit trail (``repairs``).
 
     A dead letter whose unique key is held by a ready or running job stays, and of several
     selected dead letters sharing a key only the newest is requeued. When a concurrent enqueue
@@ -351,7 +344,13 @@ def requeue_dead_letters_spread(
     fails as a whole (nothing moved) inside a savepoint and runs once more: the second run sees
     the committed job and leaves that dead letter where it is.
     """
-    params = {"ids": list(ids), "spacing": spacing_seconds}
+    action = "requeue" if not spacing_seconds else f"replay, {1 / spacing_seconds:g} a second"
+    params = {
+        "ids": list(ids),
+        "spacing": spacing_seconds,
+        "requested_by": requested_by,
+        "action": action,
+    }
     for last_try in (False, True):
         try:
             with transaction.atomic(using=connection.alias):

@@ -12,7 +12,7 @@ import pytest
 from django.db import connection, connections, transaction
 from django.db.models import Sum
 
-from django_pgjobs import db, operations
+from django_pgjobs import db, retention
 from django_pgjobs.models import DeadLetter, QueueStat
 from django_pgjobs.worker.faults import DispatcherDatabase
 from django_pgjobs.worker.maintenance import DeadLetterRetention, PruneConfig, Pruner
@@ -102,21 +102,21 @@ def test_one_worker_at_a_time_without_a_session_lock(django_db_blocker):
                 "SELECT pg_try_advisory_xact_lock(hashtext('django_pgjobs.prune_dead_letters'))"
             )
             assert cursor.fetchone() == (True,)
-        batch = operations.prune_dead_letters(db.jobs_connection(), 7 * DAY, None, 100)
-        assert batch == operations.PrunedDeadLetters(held=False, pruned=0)
+        batch = retention.prune_dead_letters(db.jobs_connection(), 7 * DAY, None, 100)
+        assert batch == retention.PrunedDeadLetters(held=False, pruned=0)
         other.rollback()  # its transaction ends: the lock goes with it
     finally:
         other.close()
-    assert operations.prune_dead_letters(db.jobs_connection(), 7 * DAY, None, 100).pruned == 10
+    assert retention.prune_dead_letters(db.jobs_connection(), 7 * DAY, None, 100).pruned == 10
     with connection.cursor() as cursor:  # and nothing is left held by the session
         cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")
         assert cursor.fetchone() == (0,)
 
 
 @pytest.mark.parametrize(
-    ("retention", "kept"), [((7 * DAY, None), 0), ((None, 100), 200)], ids=["by age", "by count"]
+    ("limits", "kept"), [((7 * DAY, None), 0), ((None, 100), 200)], ids=["by age", "by count"]
 )
-def test_pruning_100000_dead_letters_in_bounded_batches_never_holds_locks_a_second(retention, kept):
+def test_pruning_100000_dead_letters_in_bounded_batches_never_holds_locks_a_second(limits, kept):
     """The measurement of the retention's cost: each batch is one statement in its own
     transaction, so the longest batch bounds how long any lock is held."""
     dead_letters(60_000, name="shop.charge", days_ago=30)
@@ -129,7 +129,7 @@ def test_pruning_100000_dead_letters_in_bounded_batches_never_holds_locks_a_seco
     conn = db.jobs_connection()
     while True:
         started = time.perf_counter()
-        batch = operations.prune_dead_letters(conn, *retention, 1000)
+        batch = retention.prune_dead_letters(conn, *limits, 1000)
         durations.append(time.perf_counter() - started)
         pruned += batch.pruned
         if batch.pruned < 1000:

@@ -132,3 +132,15 @@ def test_1000_dead_letters_at_50_per_second_are_drained_in_about_20_seconds_neve
     assert 19.9 <= took <= 45, took
     worker.signal(signal.SIGTERM)
     assert worker.wait(timeout=60) == 0, worker.output()
+
+
+def test_who_requeued_or_replayed_is_in_the_new_jobs_audit_trail():
+    client = operator()
+    plain, spread = dead_letter(name=ADD_POINTS), dead_letter(name=ADD_POINTS)
+    client.post(f"{CHANGELIST}{plain.pk}/do/requeue/")
+    replay(client, [spread.pk], 50)
+    [requeued] = Job.objects.get(replayed_from=plain.pk).repairs
+    [replayed] = Job.objects.get(replayed_from=spread.pk).repairs
+    assert (requeued["by"], requeued["action"]) == ("admin user 'fixer'", "requeue")
+    assert (replayed["by"], replayed["action"]) == ("admin user 'fixer'", "replay, 50 a second")
+    assert (replayed["dead_letter"], replayed["job_id"]) == (spread.pk, spread.job_id)

@@ -189,7 +189,7 @@ class DeadLetterAdmin(JobRowAdmin):
 
     def act_on(self, request, object_id, spec: Action):
         """Requeue or delete one dead letter (the buttons of its page)."""
-        done = spec.operation(self.connection(), [object_id])
+        done = spec.apply(self.connection(), [object_id], request)
         if not done:
             messages.warning(
                 request,
@@ -209,7 +209,7 @@ class DeadLetterAdmin(JobRowAdmin):
         ids, truncated = self.bulk_ids(queryset)
         if ids and not confirm.confirmed(request, spec, "post"):
             return confirm.bulk_confirmation(self, request, spec, sorted(ids))
-        done = spec.operation(self.connection(), ids) if ids else []
+        done = spec.apply(self.connection(), ids, request) if ids else []
         skipped = len(ids) - len(done)
         why = ""
         if skipped:

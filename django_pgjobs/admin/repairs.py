@@ -106,26 +106,32 @@ def trail_html(model_admin, obj) -> str:
     entries = obj.repairs if isinstance(obj.repairs, list) else []
     if entries:
         items = format_html_join(
-            "",
-            "<li>{} by {}: {} (dead letter #{} of job #{}); args {} → {}, kwargs {} → {}</li>",
-            (
-                (
-                    entry.get("at", ""),
-                    entry.get("by", ""),
-                    entry.get("action", ""),
-                    entry.get("dead_letter", ""),
-                    entry.get("job_id", ""),
-                    _short(entry.get("args_before")),
-                    _short(entry.get("args")),
-                    _short(entry.get("kwargs_before")),
-                    _short(entry.get("kwargs")),
-                )
-                for entry in entries
-                if isinstance(entry, dict)
-            ),
+            "", "<li>{}</li>", ((_entry(entry),) for entry in entries if isinstance(entry, dict))
         )
         lines.append(format_html('<ul class="pgjobs-repairs">{}</ul>', items))
     return format_html_join("", "{}", ((line,) for line in lines)) if lines else "-"
+
+
+def _entry(entry: dict) -> str:
+    """One repair: when, who, what (and the arguments before and after, for an edit)."""
+    text = format_html(
+        "{} by {}: {} (dead letter #{} of job #{})",
+        entry.get("at", ""),
+        entry.get("by", ""),
+        entry.get("action", ""),
+        entry.get("dead_letter", ""),
+        entry.get("job_id", ""),
+    )
+    if "args" not in entry:
+        return text
+    return format_html(
+        "{}; args {} → {}, kwargs {} → {}",
+        text,
+        _short(entry.get("args_before")),
+        _short(entry.get("args")),
+        _short(entry.get("kwargs_before")),
+        _short(entry.get("kwargs")),
+    )
 
 
 def _short(value, limit: int = 200) -> str:
@@ -157,7 +163,12 @@ def replay_over_time(model_admin, request, queryset):
             changelist_url=reverse(model_admin.url_name("changelist")),
         )
         return TemplateResponse(request, "admin/django_pgjobs/deadletter_replay.html", context)
-    scheduled = operations.requeue_dead_letters_spread(model_admin.connection(), ids, 1 / rate)
+    scheduled = operations.requeue_dead_letters_spread(
+        model_admin.connection(),
+        ids,
+        1 / rate,
+        requested_by=f"admin user {request.user.get_username()!r}",
+    )
     skipped = len(ids) - len(scheduled)
     if not scheduled:
         messages.warning(request, "No dead letter was requeued: all were gone or held.")

@@ -570,7 +570,8 @@ FROM unnest(%(pids)s::int[]) AS pid;
 -- concurrent transaction still makes the INSERT fail on pgjobs_job_unique_key_in_flight; the
 -- whole statement then changes nothing (operations.requeue_dead_letters runs it again).
 -- `spacing`: seconds between the jobs' due times, oldest dead letter first (0: all due now;
--- a staggered replay spreads them at an operator's rate). Returns each job's due time.
+-- a staggered replay spreads them at an operator's rate). `requested_by` (NULL: none) adds an
+-- entry to each job's audit trail (`repairs`): who, `action`, when. Returns each job's due time.
 WITH picked AS (
     SELECT id
     FROM (
@@ -601,7 +602,13 @@ inserted AS (
                             keep_result, task_backend, replayed_from, repairs, version)
     SELECT name, queue, priority, args, kwargs, 'ready',
            now() + place * %(spacing)s::float8 * interval '1 second', 0, max_attempts,
-           unique_key, timeout, now(), '', errors, keep_result, task_backend, id, repairs,
+           unique_key, timeout, now(), '', errors, keep_result, task_backend, id,
+           repairs || CASE WHEN %(requested_by)s::text IS NULL THEN '[]'::jsonb
+                           ELSE jsonb_build_array(jsonb_build_object(
+                               'at', to_char(now() AT TIME ZONE 'UTC',
+                                             'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+                               'by', %(requested_by)s::text, 'action', %(action)s::text,
+                               'dead_letter', id, 'job_id', job_id)) END,
            version
     FROM spaced
     RETURNING id, queue, run_after

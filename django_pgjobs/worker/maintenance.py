@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from .. import metrics, operations
+from .. import metrics, operations, retention
 from .faults import DispatcherDatabase
 from .logs import log_stats
 from .outcomes import Stats
@@ -266,16 +266,16 @@ class Pruner(AtStartThenJittered):
     def prune_dead_letters(self, connection) -> int:
         """Batches until none is left past retention, another worker holds the pruning, or
         ``max_batches`` ran; logs how many were deleted."""
-        retention = self.config.dead_letters
-        if not retention.on:
+        policy = self.config.dead_letters
+        if not policy.on:
             return 0
         pruned = 0
-        for _ in range(retention.max_batches):
-            batch = operations.prune_dead_letters(
-                connection, retention.max_age_seconds, retention.max_per_name, retention.batch
+        for _ in range(policy.max_batches):
+            batch = retention.prune_dead_letters(
+                connection, policy.max_age_seconds, policy.max_per_name, policy.batch
             )
             pruned += batch.pruned
-            if not batch.held or batch.pruned < retention.batch:
+            if not batch.held or batch.pruned < policy.batch:
                 break
         if pruned:
             logger.info("pruned %d dead letters past their retention", pruned)
