@@ -8,6 +8,7 @@
 - ``pgjobs.W001``: atomic jobs run on a jobs database other than ``default``.
 - ``pgjobs.W002``: a schedule names a job that is not registered (a database check: run by
   ``migrate`` and ``check --database``).
+- ``pgjobs.W004``: a job's payload versions below its ``version`` lack an upgrade step.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from django.db import DatabaseError, connections
 from .conf import ConfigError, get_config, raw_settings, validate
 from .outbox.publishers import publisher_problem
 from .registry import registered
+from .versions import skipped_versions
 
 
 def _alias() -> str | None:
@@ -174,3 +176,26 @@ def check_schedules(app_configs=None, databases=None, **kwargs):
         for name, job_name in rows
         if job_name not in known
     ]
+
+
+@register(Tags.compatibility)
+def check_job_versions(app_configs=None, **kwargs):
+    """``@job(version=N, upgrade={...})`` with a version below N and no step from it: rows still
+    of that version cannot be upgraded and are dead-lettered (``versions``)."""
+    problems = []
+    for name, definition in sorted(registered().items()):
+        skipped = skipped_versions(definition.version, definition.upgrade)
+        if skipped:
+            problems.append(
+                Warning(
+                    f"Job {name!r} is version {definition.version} but upgrade has no step from "
+                    f"version{'s' if len(skipped) > 1 else ''} "
+                    f"{', '.join(map(str, skipped))}: jobs enqueued with "
+                    f"{'them' if len(skipped) > 1 else 'it'} will be dead-lettered "
+                    "(NoUpgradePath) instead of run.",
+                    hint="Add the missing steps to @job(upgrade={...}), or silence this check "
+                    "once no such job is left (in pgjobs_job or in the dead letters).",
+                    id="pgjobs.W004",
+                )
+            )
+    return problems

@@ -40,6 +40,7 @@ class ClaimedJob:
     #: polls it can stop, best by raising ``django_pgjobs.Aborted`` (``raise_if_aborted()``).
     abort_requested: bool = False
     task_backend: str = ""  # the django.tasks backend alias of a task row; "" for a native job
+    version: int = 1  # of the payload it was enqueued with (``versions``)
     #: Claimed to wait for a slot: numbered (``attempts``) but its start recorded in the row only
     #: once an executor takes it (``mark_started``); given back its attempt if it never starts.
     held: bool = False

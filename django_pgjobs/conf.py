@@ -109,6 +109,12 @@ class Config:
     KEEP_SUCCEEDED_SECONDS: float = setting(0.0, SECONDS)
     #: Keep successful jobs that kept their result (``keep_result``) this many seconds.
     KEEP_RESULTS_SECONDS: float = setting(7 * 24 * 3600.0, SECONDS)
+    #: Dead letters older than this many seconds are pruned by the workers; None: kept.
+    DEAD_LETTER_MAX_AGE_SECONDS: float | None = setting(None, POSITIVE_SECONDS)
+    #: Dead letters kept per job name, the newest; older ones are pruned. None: all kept.
+    DEAD_LETTER_MAX_PER_NAME: int | None = setting(None, Bounds(low=0))
+    #: Most dead letters one prune statement deletes (one transaction, one batch).
+    DEAD_LETTER_PRUNE_BATCH: int = setting(1000, Bounds(low=1, high=100_000))
     #: Seconds a worker waits for running jobs after SIGTERM/SIGINT before it gives up on them.
     SHUTDOWN_GRACE_SECONDS: float = setting(30.0, SECONDS)
     #: Largest accepted JSON payload (args + kwargs), in bytes.
@@ -165,6 +171,7 @@ ACCEPTED_TYPES: dict[str, tuple[type, ...]] = {
     "bool": (bool,),
     "float": (int, float),
     "float | None": (int, float, type(None)),
+    "int | None": (int, type(None)),
     "tuple[str, ...]": (list, tuple),
 }
 FIELDS = {f.name: f for f in fields(Config)}

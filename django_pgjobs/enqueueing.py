@@ -100,6 +100,7 @@ def _shared_params(definition: JobSpec, options: CallOptions) -> dict[str, Any]:
         ),
         "task_backend": definition.task_backend,
         **tracing.enqueue_params(),  # the trace context: None without OpenTelemetry
+        "version": getattr(definition, "version", 1),  # a task's payload has no version
     }
 
 
@@ -261,7 +262,9 @@ def _unsaved(params: dict[str, Any], call: tuple, alias: str) -> Job:
 
 
 #: The parameters of enqueue_jobs every call shares (enqueue_many has no task backend).
-_MANY_SHARED = "name queue priority run_after max_attempts timeout keep_result trace_context_json"
+_MANY_SHARED = (
+    "name queue priority run_after max_attempts timeout keep_result trace_context_json version"
+)
 
 
 def enqueue_many(
@@ -339,6 +342,25 @@ def _many_calls(
     return inputs, columns
 
 
+#: The columns of a job just inserted by ``enqueue_jobs`` that do not depend on the call.
+_NEW_ROW = {
+    "status": "ready",
+    "attempts": 0,
+    "started_at": None,
+    "finished_at": None,
+    "lease_expires_at": None,
+    "claim_token": None,
+    "worker": "",
+    "result": None,
+    "waiting_key": None,
+    "kept_waiting_key": None,
+}
+#: ... and those the statement's parameters give.
+_FROM_PARAMS = (
+    "name queue priority max_attempts timeout keep_result task_backend version trace_context"
+).split()
+
+
 def _jobs_from_inserted(
     ids: list[int],
     unique_keys: list[str | None],
@@ -357,27 +379,11 @@ def _jobs_from_inserted(
     more time in ``Model.__init__`` than in PostgreSQL.
     """
     common = {
-        "name": params["name"],
-        "queue": params["queue"],
-        "priority": params["priority"],
-        "status": "ready",
+        **_NEW_ROW,
+        **{name: params[name] for name in _FROM_PARAMS},
         "run_after": run_after,
-        "attempts": 0,
-        "max_attempts": params["max_attempts"],
-        "timeout": params["timeout"],
         "created_at": created_at,
-        "started_at": None,
-        "finished_at": None,
-        "lease_expires_at": None,
-        "claim_token": None,
-        "worker": "",
-        "keep_result": params["keep_result"],
-        "result": None,
-        "task_backend": params["task_backend"],
-        "waiting_key": None,
-        "kept_waiting_key": None,
         "enqueue_outcome": EnqueueOutcome.CREATED,
-        "trace_context": params["trace_context"],
     }
     jobs = []
     returned = zip(ids, unique_keys, strict=True)
@@ -391,6 +397,7 @@ def _jobs_from_inserted(
         job.__dict__.update(
             common, id=pair[0], unique_key=unique_key, args=args, kwargs=kwargs, errors=[]
         )
+        job.repairs, job.replayed_from = [], None
         job._state = ModelState()
         job._state.adding = False
         job._state.db = alias

@@ -39,7 +39,32 @@ class JobQuerySet(models.QuerySet):
         return self.filter(status=Status.RUNNING, lease_expires_at__lt=timezone.now())
 
 
-class Job(models.Model):
+class RepairColumns(models.Model):
+    """What ``pgjobs_job`` and ``pgjobs_deadletter`` both carry for repairs (``repair``,
+    ``versions``), copied by dead-lettering and requeue."""
+
+    version = models.IntegerField(
+        default=1,
+        db_default=1,  # statements that do not name it (older releases' INSERTs): version 1
+        help_text="Version of the job's payload it was enqueued with (@job(version=...)).",
+    )
+    replayed_from = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="Id of the dead letter the job was requeued from (empty: it was enqueued).",
+    )
+    repairs = models.JSONField(
+        default=list,
+        db_default=models.Value([], models.JSONField()),
+        help_text="Audit trail of operator repairs (edited arguments, replays): at, by, what "
+        "changed; carried between the job and its dead letters.",
+    )
+
+    class Meta:
+        abstract = True
+
+
+class Job(RepairColumns):
     """A job waiting, running or (when retention is on) done. See ``states`` for the statuses."""
 
     id = models.BigAutoField(primary_key=True)
@@ -206,7 +231,7 @@ class Job(models.Model):
         return self.errors[-1] if self.errors else None
 
 
-class DeadLetter(models.Model):
+class DeadLetter(RepairColumns):
     """A job that will not run again by itself: attempts exhausted, unknown name or bad row."""
 
     id = models.BigAutoField(primary_key=True)
@@ -356,6 +381,11 @@ class QueueStat(models.Model):
     retried = models.IntegerField(default=0, help_text="Failed attempts that will be retried.")
     dead_lettered = models.IntegerField(
         default=0, help_text="Jobs moved to the dead letters by a worker."
+    )
+    pruned = models.IntegerField(
+        default=0,
+        db_default=0,  # the workers' counts upsert does not name it
+        help_text="Dead letters of this queue pruned by retention (DEAD_LETTER_MAX_* settings).",
     )
     wait_buckets = IntegerArrayField(
         default=list,

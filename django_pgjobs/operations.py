@@ -321,8 +321,24 @@ def terminate_backends(connection: Connection, pids: Sequence[int]) -> int:
 # -- operator actions (admin) -------------------------------------------------------------------
 
 
-def requeue_dead_letters(connection: Connection, ids: Sequence[int]) -> list[int]:
-    """Move dead letters back as fresh jobs in one statement; returns the new job ids.
+def requeue_dead_letters(
+    connection: Connection, ids: Sequence[int], *, requested_by: str | None = None
+) -> list[int]:
+    """``requeue_dead_letters_spread`` with every job due now; the new job ids."""
+    spread = requeue_dead_letters_spread(connection, ids, 0.0, requested_by=requested_by)
+    return [job_id for job_id, _ in spread]
+
+
+def requeue_dead_letters_spread(
+    connection: Connection,
+    ids: Sequence[int],
+    spacing_seconds: float,
+    *,
+    requested_by: str | None = None,
+) -> list[tuple[int, datetime]]:
+    """Move dead letters back as fresh jobs in one statement, due ``spacing_seconds`` apart
+    (oldest dead letter first, the first now); returns the new jobs' ``(id, due time)``.
+    ``requested_by`` (an operator) is recorded in each new job's audit trail (``repairs``).
 
     A dead letter whose unique key is held by a ready or running job (scope ``waiting``: by a
     waiting job) stays, and of several selected dead letters sharing a key only the newest is
@@ -331,11 +347,18 @@ def requeue_dead_letters(connection: Connection, ids: Sequence[int]) -> list[int
     fails as a whole (nothing moved) inside a savepoint and runs once more: the second run sees
     the committed job and leaves that dead letter where it is.
     """
-    params = {"ids": list(ids)}
+    action = "requeue" if not spacing_seconds else f"replay, {1 / spacing_seconds:g} a second"
+    params = {
+        "ids": list(ids),
+        "spacing": spacing_seconds,
+        "requested_by": requested_by,
+        "action": action,
+    }
     for last_try in (False, True):
         try:
             with transaction.atomic(using=connection.alias):
-                return db.ids_of(db.execute(connection, "requeue_dead_letters", params))
+                rows = db.execute(connection, "requeue_dead_letters", params)
+                return [(row["id"], row["run_after"]) for row in rows]
         except IntegrityError as error:
             diag = getattr(error.__cause__, "diag", None)
             if last_try or getattr(diag, "constraint_name", None) not in REQUEUE_KEY_INDEXES:

@@ -86,6 +86,7 @@ class QueueOverview:
     dead_letters: int = 0
     dead_letters_capped: bool = False  # more than COUNT_CAP dead letters
     dead_letters_last_hour: int = 0
+    dead_letters_pruned_60m: int = 0  # deleted by retention in the last hour (pgjobs_stat)
     oldest_due: datetime | None = None
     oldest_due_seconds: float | None = None
     wait_p95: float | None = None
@@ -208,6 +209,7 @@ def _read_statistics(connection, get, measured_at: datetime):
         failed = row["retried"] + row["dead_lettered"]
         overview.succeeded_60m += row["succeeded"]
         overview.failed_60m += failed
+        overview.dead_letters_pruned_60m += row["pruned"]
         if age_minutes < THROUGHPUT_MINUTES:
             overview.succeeded_5m += row["succeeded"]
         if age_minutes < RECENT_MINUTES:

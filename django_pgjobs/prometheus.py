@@ -134,10 +134,15 @@ class JobsCollector(Collector):
             f"Dead letters of the queue, counted up to {overview.COUNT_CAP}.",
         )
         last_hour = gauge("pgjobs_dead_letters_last_hour", "Jobs dead-lettered in the last hour.")
+        pruned = gauge(
+            "pgjobs_dead_letters_pruned_last_hour",
+            "Dead letters deleted by retention (DEAD_LETTER_MAX_* settings) in the last hour.",
+        )
         for q in queues:
             dead.add_metric([q.name], q.dead_letters)
             last_hour.add_metric([q.name], q.dead_letters_last_hour)
-        yield from (dead, last_hour)
+            pruned.add_metric([q.name], q.dead_letters_pruned_60m)
+        yield from (dead, last_hour, pruned)
 
     def _workers(self, queues) -> Iterator[Metric]:
         workers = overview.live_workers(self.connection)

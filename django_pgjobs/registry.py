@@ -37,6 +37,7 @@ from .validation import (
     check_priority,
     check_queue,
 )
+from .versions import check_options as check_versions
 
 logger = logging.getLogger("django_pgjobs")
 
@@ -138,6 +139,8 @@ class JobDefinition(CeleryCalls, HasUniqueRules):
     debounce: bool | str | None = None
     throttle: float | None = None
     cron: Cron | None = None  # a recurring job: ``@job(cron="*/5 * * * *")`` (cron.py)
+    version: int = 1  # of its payload, with the steps from older ones (``versions``)
+    upgrade: dict | None = dataclasses.field(default=None, hash=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.queue is not None:
@@ -163,6 +166,7 @@ class JobDefinition(CeleryCalls, HasUniqueRules):
         if self.unique_key is not None and not callable(self.unique_key):
             raise ValueError("unique_key of @job must be a callable taking the job's arguments")
         check_name(self.name)
+        object.__setattr__(self, "upgrade", check_versions(self.name, self.version, self.upgrade))
         self.unique_rules  # noqa: B018 (checks them)
         if not isinstance(self.keep_result, bool):
             raise ValueError(f"keep_result must be True or False, not {self.keep_result!r}")
@@ -328,6 +332,8 @@ def job(
     debounce: bool | str | None = None,
     throttle: float | None = None,
     cron: str | Cron | None = None,
+    version: int = 1,
+    upgrade: dict | None = None,
 ):
     """Register a function as a job; usable bare (``@job``) or with options (``@job(...)``).
 
@@ -339,8 +345,9 @@ def job(
     ``keep_result`` (keep the JSON return value, read with ``get_result``), ``retry_on`` (only
     these exception classes are retried; others dead-letter at once), ``discard_on`` (these
     dead-letter at once), ``timeout`` (seconds a call may run before it counts as a failed
-    attempt, ``JobTimeout``), ``cron`` (recurring: a cron expression or a ``Cron``). Async
-    jobs are awaited by the worker (no ``atomic=True``); generator functions are refused.
+    attempt, ``JobTimeout``), ``cron`` (recurring: a cron expression or a ``Cron``),
+    ``version`` and ``upgrade`` (payload versions: ``versions``). Async jobs are awaited by the
+    worker (no ``atomic=True``); generator functions are refused.
     """
 
     options = {key: value for key, value in locals().items() if key not in ("func", "name")}

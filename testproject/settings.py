@@ -131,6 +131,8 @@ PGJOBS = {
         "testproject.handlers.results",
         "testproject.handlers.retries",
         "testproject.handlers.aborting",
+        # and of docs/howto/repair.md
+        "testproject.handlers.versions",
         # and of docs/howto/from-celery.md
         "testproject.handlers.from_celery",
         # and of docs/howto/unique.md

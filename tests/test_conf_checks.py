@@ -77,6 +77,7 @@ WRONG_TYPE = {
     "bool": "yes",
     "float": "1",
     "float | None": "1",
+    "int | None": "1",
     "tuple[str, ...]": "a,b",
 }
 

@@ -28,6 +28,7 @@ PAGES = [
     "docs/howto/recurring.md",
     "docs/howto/tracing.md",
     "docs/howto/outbox.md",
+    "docs/howto/repair.md",
 ]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 NAMED = re.compile(r"#\s*((?:testproject|tests)/\S+\.py)\s*\n")

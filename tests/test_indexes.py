@@ -36,9 +36,9 @@ EXPECTED_USERS = {
         "enqueue_job_waiting_debounced",
         "enqueue_job_waiting_throttled",
     },
-    "pgjobs_dl_failed_idx": {"admin: dead letters"},
+    "pgjobs_dl_failed_idx": {"admin: dead letters", "prune_dead_letters"},
     "pgjobs_dl_type_idx": {"dead_letter_error_types"},
-    "pgjobs_dl_name_idx": {"dead_letter_names"},
+    "pgjobs_dl_name_idx": {"dead_letter_names", "prune_dead_letters"},
     "pgjobs_dl_queue_idx": {"dead_letters_by_queue", "job_queue_names"},
     "pgjobs_dl_job_idx": {"find_job_result"},
     "pgjobs_stat_minute_idx": {"prune_queue_stats", "queue_stats_since"},
@@ -129,6 +129,12 @@ def params_for(name: str) -> dict:
         "async_starts": 10,
         "async_names": ["app.jobs.j7"],
         "ago": [0.0] * 3,
+        "version": 1,
+        "spacing": 0.02,
+        "action": "requeue",
+        "by": "admin user 'root'",
+        "max_age": 7 * 24 * 3600.0,
+        "max_per_name": 1000,
     }
     if name == "enqueue_jobs":
         params.update(args=["[]"], kwargs=["{}"])

@@ -202,10 +202,16 @@ def test_requeue_is_atomic_and_concurrent_requeues_make_one_job():
     url = database_url_for_tests()
     statement = query("requeue_dead_letters")
     with psycopg.connect(url) as first, psycopg.connect(url) as second:
-        made_first = first.execute(statement, {"ids": [dead_id]}).fetchall()
+        made_first = first.execute(
+            statement, {"ids": [dead_id], "spacing": 0, "requested_by": None, "action": ""}
+        ).fetchall()
         results = []
         waiter = threading.Thread(
-            target=lambda: results.append(second.execute(statement, {"ids": [dead_id]}).fetchall())
+            target=lambda: results.append(
+                second.execute(
+                    statement, {"ids": [dead_id], "spacing": 0, "requested_by": None, "action": ""}
+                ).fetchall()
+            )
         )
         waiter.start()  # blocks on the row lock held by `first`
         waiter.join(0.3)

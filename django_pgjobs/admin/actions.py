@@ -125,6 +125,7 @@ DEAD_LETTER_ACTIONS: dict[str, Action] = {
             permission="operate",
             operation=operations.requeue_dead_letters,
             done="Requeued {n}.",
+            records_user=True,  # in the new jobs' audit trail
         ),
         Action(
             name="delete",

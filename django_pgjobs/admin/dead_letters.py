@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from .. import overview
-from . import confirm, display
+from . import confirm, display, repairs
 from .actions import DEAD_LETTER_ACTIONS, Action, bulk_actions
 from .base import (
     CappedChangeList,
@@ -35,10 +35,7 @@ LIST_FIELDS = (
     "error_type",
     "failed_at",
 )
-GONE = (
-    "already requeued or deleted by someone else, or their unique key is held by a ready or "
-    "running job, or by a newer selected dead letter requeued instead"
-)
+GONE = repairs.GONE
 
 
 class FailedWithinFilter(admin.SimpleListFilter):
@@ -91,7 +88,13 @@ class DeadLetterAdmin(JobRowAdmin):
         "A dead letter id, the id the job had, a job name (full or its function name), an error "
         "type or a unique key."
     )
-    actions = bulk_actions(DEAD_LETTER_ACTIONS)
+    actions = (
+        *bulk_actions(DEAD_LETTER_ACTIONS),
+        admin.action(
+            description="Replay selected dead letters over time (at a rate)",
+            permissions=["operate"],
+        )(repairs.replay_over_time),
+    )
     row_actions = DEAD_LETTER_ACTIONS
     dead_letters = True
     fieldsets = (
@@ -101,9 +104,14 @@ class DeadLetterAdmin(JobRowAdmin):
             {"fields": ("reason", "error_type", "attempts_of_max", "created", "failed")},
         ),
         ("Arguments", {"fields": ("arguments", "keyword_arguments")}),
+        ("Repairs", {"fields": ("repair_trail",)}),
     )
     readonly_fields = flatten_fieldsets(fieldsets)
     failed = display.time_field("failed_at", "failed at")
+
+    @admin.display(description="audit trail")
+    def repair_trail(self, obj):
+        return repairs.trail_html(self, obj)
 
     # -- list ---------------------------------------------------------------------------------
 
@@ -138,7 +146,18 @@ class DeadLetterAdmin(JobRowAdmin):
     # -- pages and actions ----------------------------------------------------------------------
 
     def extra_urls(self):
-        return [self.route("summary/", self.summary, "summary")]
+        return [
+            self.route("summary/", self.summary, "summary"),
+            self.route("<path:object_id>/edit/", self.edit, "edit"),
+        ]
+
+    def edit(self, request, object_id):
+        return repairs.edit_view(self, request, object_id)
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        if obj is not None and self.has_operate_permission(request):
+            context = {**context, "edit_url": reverse(self.url_name("edit"), args=[obj.pk])}
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
     def summary(self, request):
         """Dead letters of the last 7 days by error type, by job name, and by both."""
@@ -170,7 +189,7 @@ class DeadLetterAdmin(JobRowAdmin):
 
     def act_on(self, request, object_id, spec: Action):
         """Requeue or delete one dead letter (the buttons of its page)."""
-        done = spec.operation(self.connection(), [object_id])
+        done = spec.apply(self.connection(), [object_id], request)
         if not done:
             messages.warning(
                 request,
@@ -190,7 +209,7 @@ class DeadLetterAdmin(JobRowAdmin):
         ids, truncated = self.bulk_ids(queryset)
         if ids and not confirm.confirmed(request, spec, "post"):
             return confirm.bulk_confirmation(self, request, spec, sorted(ids))
-        done = spec.operation(self.connection(), ids) if ids else []
+        done = spec.apply(self.connection(), ids, request) if ids else []
         skipped = len(ids) - len(done)
         why = ""
         if skipped:

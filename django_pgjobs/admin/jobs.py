@@ -15,7 +15,7 @@ from django.utils.html import format_html
 from .. import registry
 from ..models import view_condition
 from ..states import Status, View
-from . import confirm, display
+from . import confirm, display, repairs
 from .actions import JOB_ACTIONS, JOB_ACTIONS_BY_FILTER, Action, bulk_actions
 from .base import CappedChangeList, JobRowAdmin, QueueFilter
 from .dashboard import dashboard_view
@@ -158,8 +158,14 @@ class JobAdmin(JobRowAdmin):
         ),
         ("Arguments", {"fields": ("arguments", "keyword_arguments")}),
         ("Result", {"fields": ("keep_result", "kept_result")}),
+        ("Repairs", {"fields": ("repair_trail",)}),
     )
     readonly_fields = flatten_fieldsets(fieldsets)
+
+    @admin.display(description="audit trail")
+    def repair_trail(self, obj):
+        return repairs.trail_html(self, obj)
+
     runs_after = display.time_field("run_after", "run after")
     started = display.time_field("started_at", "started at")
     lease_expires = display.time_field("lease_expires_at", "lease expires at")

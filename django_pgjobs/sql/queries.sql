@@ -11,11 +11,11 @@
 WITH inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
                             max_attempts, unique_key, timeout, created_at, worker, errors,
-                            keep_result, task_backend, trace_context)
+                            keep_result, task_backend, trace_context, version)
     VALUES (%(name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb, 'ready',
             COALESCE(%(run_after)s::timestamptz, now()), 0, %(max_attempts)s, %(unique_key)s,
             %(timeout)s::float8, now(), '', '[]'::jsonb, %(keep_result)s::boolean,
-            %(task_backend)s, %(trace_context_json)s::jsonb)
+            %(task_backend)s, %(trace_context_json)s::jsonb, %(version)s::int)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
     DO NOTHING
     RETURNING id, queue, run_after, created_at, unique_key
@@ -36,12 +36,12 @@ FROM inserted;
 -- `kept_waiting_key`, which the claim leaves: see restore_waiting_keys).
 INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
                         max_attempts, unique_key, waiting_key, kept_waiting_key, timeout,
-                        created_at, worker, errors, keep_result, task_backend)
+                        created_at, worker, errors, keep_result, task_backend, version)
 SELECT %(name)s::text, %(queue)s::text, %(priority)s::smallint, %(args)s::jsonb,
        %(kwargs)s::jsonb, 'ready', COALESCE(%(run_after)s::timestamptz, now()), 0,
        %(max_attempts)s::int, %(unique_key)s::text, %(waiting_key)s::text, %(waiting_key)s::text,
        %(timeout)s::float8, now(), '', '[]'::jsonb, %(keep_result)s::boolean,
-       %(task_backend)s::text
+       %(task_backend)s::text, %(version)s::int
 
 -- part: debounce_waiting_job
 -- The conflict action of a debounced enqueue: the waiting job holding the key takes the newer
@@ -171,11 +171,11 @@ DELETE FROM pgjobs_throttle WHERE ends_at < now() RETURNING key;
 WITH inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
                             max_attempts, unique_key, timeout, created_at, worker, errors,
-                            keep_result, trace_context)
+                            keep_result, trace_context, version)
     SELECT %(name)s::text, %(queue)s::text, %(priority)s::smallint, a, k, 'ready',
            COALESCE(%(run_after)s::timestamptz, now()), 0, %(max_attempts)s::int, u,
            %(timeout)s::float8, now(), '', '[]'::jsonb, %(keep_result)s::boolean,
-           %(trace_context_json)s::jsonb
+           %(trace_context_json)s::jsonb, %(version)s::int
     FROM unnest(%(args)s::jsonb[], %(kwargs)s::jsonb[], %(unique_keys)s::text[]) AS rows(a, k, u)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
     DO NOTHING
@@ -257,7 +257,7 @@ WHERE j.id = picked.id
 RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs,
           j.attempts, j.max_attempts,
           j.timeout,
-          j.task_backend,
+          j.task_backend, j.version,
           extract(epoch FROM j.run_after)::float8 AS run_after,
           extract(epoch FROM j.created_at)::float8 AS created_at, j.keep_result,
           j.abort_requested_at IS NOT NULL AS abort_requested, NOT picked.starts AS held,
@@ -390,12 +390,13 @@ WITH moved AS (
 INSERT INTO pgjobs_deadletter (job_id, name, queue, priority, args, kwargs, attempts,
                                max_attempts, unique_key, waiting_key, timeout, reason,
                                error_type, errors, created_at, started_at, first_started_at,
-                               failed_at, keep_result, task_backend)
+                               failed_at, keep_result, task_backend, replayed_from, repairs,
+                               version)
 SELECT id, name, queue, priority, args, kwargs, attempts, max_attempts,
        unique_key, kept_waiting_key, timeout, reason, error_type, errors || error, created_at,
        CASE WHEN unrecorded_start THEN now() ELSE started_at END,
        COALESCE(first_started_at, started_at, CASE WHEN unrecorded_start THEN now() END),
-       now(), keep_result, task_backend
+       now(), keep_result, task_backend, replayed_from, repairs, version
 FROM moved
 RETURNING id
 
@@ -627,6 +628,9 @@ FROM unnest(%(pids)s::int[]) AS pid;
 -- whole statement then changes nothing (operations.requeue_dead_letters runs it again). The
 -- same for a key of the scope 'waiting' (`waiting_key`): held by a waiting job, the dead letter
 -- stays; requeued, the job waits holding its key again (pgjobs_job_waiting_key).
+-- `spacing`: seconds between the jobs' due times, oldest dead letter first (0: all due now;
+-- a staggered replay spreads them at an operator's rate). `requested_by` (NULL: none) adds an
+-- entry to each job's audit trail (`repairs`): who, `action`, when. Returns each job's due time.
 WITH picked AS (
     SELECT id
     FROM (
@@ -649,19 +653,131 @@ moved AS (
     WHERE d.id = picked.id
     RETURNING d.*
 ),
+spaced AS (
+    SELECT moved.*, row_number() OVER (ORDER BY failed_at, id) - 1 AS place FROM moved
+),
 inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
                             max_attempts, unique_key, waiting_key, kept_waiting_key, timeout,
-                            created_at, worker, errors, keep_result, task_backend)
-    SELECT name, queue, priority, args, kwargs, 'ready', now(), 0, max_attempts, unique_key,
-           waiting_key, waiting_key, timeout, now(), '', errors, keep_result, task_backend
-    FROM moved
-    RETURNING id, queue
+                            created_at, worker, errors, keep_result, task_backend, replayed_from,
+                            repairs, version)
+    SELECT name, queue, priority, args, kwargs, 'ready',
+           now() + place * %(spacing)s::float8 * interval '1 second', 0, max_attempts,
+           unique_key, waiting_key, waiting_key, timeout, now(), '', errors, keep_result,
+           task_backend, id,
+           repairs || CASE WHEN %(requested_by)s::text IS NULL THEN '[]'::jsonb
+                           ELSE jsonb_build_array(jsonb_build_object(
+                               'at', to_char(now() AT TIME ZONE 'UTC',
+                                             'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+                               'by', %(requested_by)s::text, 'action', %(action)s::text,
+                               'dead_letter', id, 'job_id', job_id)) END,
+           version
+    FROM spaced
+    RETURNING id, queue, run_after
 ),
 woken AS (
     SELECT pg_notify('pgjobs', queue) FROM (SELECT DISTINCT queue FROM inserted) AS queues
 )
-SELECT inserted.id FROM inserted, (SELECT count(*) FROM woken) AS notified;
+SELECT inserted.id, inserted.run_after FROM inserted, (SELECT count(*) FROM woken) AS notified;
+
+-- name: requeue_edited_dead_letter
+-- Requeue one dead letter with new arguments (checked by the caller), in one statement: the dead
+-- letter disappears exactly when its job appears, as in requeue_dead_letters. The new job links
+-- back to the dead letter (`replayed_from`) and its audit trail (`repairs`) gains one entry: who
+-- changed what, and when. No row: the dead letter is gone (requeued or deleted by someone else),
+-- or its unique key is held by a ready or running job.
+WITH moved AS (
+    DELETE FROM pgjobs_deadletter AS d
+    WHERE d.id = %(id)s AND d.name = %(name)s
+      AND NOT EXISTS (
+          SELECT 1 FROM pgjobs_job AS j
+          WHERE j.unique_key = d.unique_key AND j.status IN ('ready', 'running')
+      )
+    RETURNING d.*
+),
+inserted AS (
+    INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
+                            max_attempts, unique_key, timeout, created_at, worker, errors,
+                            keep_result, task_backend, replayed_from, repairs, version)
+    SELECT name, queue, priority, %(args)s::jsonb, %(kwargs)s::jsonb, 'ready', now(), 0,
+           max_attempts, unique_key, timeout, now(), '', errors, keep_result, task_backend, id,
+           repairs || jsonb_build_array(jsonb_build_object(
+               'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+               'by', %(by)s::text, 'action', 'edit and requeue', 'dead_letter', id,
+               'job_id', job_id, 'args_before', args, 'kwargs_before', kwargs,
+               'args', %(args)s::jsonb, 'kwargs', %(kwargs)s::jsonb)),
+           %(version)s::int
+    FROM moved
+    RETURNING id, queue
+)
+SELECT inserted.id, pg_notify('pgjobs', inserted.queue) IS NULL AS _notified FROM inserted;
+
+-- name: prune_dead_letters
+-- Delete one bounded batch of dead letters past their retention: failed more than `max_age`
+-- seconds ago, or beyond the newest `max_per_name` of their job name (NULL: no such limit);
+-- oldest first, at most `limit` rows. One worker at a time without a session lock: the
+-- transaction-level advisory lock is tried inside the statement (autocommit: released when it
+-- ends); a worker that does not get it deletes nothing (`held` false). The rows deleted are
+-- counted per queue in pgjobs_stat (`pruned`) by the same statement. Per name, the cutoff is
+-- found through pgjobs_dl_name_idx (a loose scan of the names, then one probe each).
+WITH RECURSIVE gate AS MATERIALIZED (
+    SELECT pg_try_advisory_xact_lock(hashtext('django_pgjobs.prune_dead_letters')) AS held
+),
+names(name) AS (
+    (SELECT name FROM pgjobs_deadletter
+     WHERE %(max_per_name)s::int IS NOT NULL AND (SELECT held FROM gate)
+     ORDER BY name LIMIT 1)
+    UNION ALL
+    SELECT (SELECT d.name FROM pgjobs_deadletter AS d WHERE d.name > names.name
+            ORDER BY d.name LIMIT 1)
+    FROM names WHERE names.name IS NOT NULL
+),
+cutoffs AS (
+    SELECT names.name, newest_kept.failed_at, newest_kept.id
+    FROM names
+    CROSS JOIN LATERAL (
+        SELECT d.failed_at, d.id FROM pgjobs_deadletter AS d
+        WHERE d.name = names.name
+        ORDER BY d.failed_at DESC, d.id DESC
+        OFFSET %(max_per_name)s::int LIMIT 1
+    ) AS newest_kept
+    WHERE names.name IS NOT NULL
+),
+over_count AS (
+    SELECT beyond.id, beyond.failed_at
+    FROM cutoffs
+    CROSS JOIN LATERAL (
+        SELECT d.id, d.failed_at FROM pgjobs_deadletter AS d
+        WHERE d.name = cutoffs.name AND (d.failed_at, d.id) <= (cutoffs.failed_at, cutoffs.id)
+        ORDER BY d.failed_at, d.id
+        LIMIT %(limit)s::int
+    ) AS beyond
+),
+too_old AS (
+    SELECT d.id, d.failed_at FROM pgjobs_deadletter AS d
+    WHERE %(max_age)s::float8 IS NOT NULL AND (SELECT held FROM gate)
+      AND d.failed_at < now() - %(max_age)s::float8 * interval '1 second'
+    ORDER BY d.failed_at, d.id
+    LIMIT %(limit)s::int
+),
+doomed AS (
+    SELECT id FROM (SELECT * FROM too_old UNION SELECT * FROM over_count) AS both_kinds
+    ORDER BY failed_at, id
+    LIMIT %(limit)s::int
+),
+deleted AS (
+    DELETE FROM pgjobs_deadletter AS d USING doomed WHERE d.id = doomed.id RETURNING d.queue
+),
+counted AS (
+    INSERT INTO pgjobs_stat (queue, minute, succeeded, retried, dead_lettered, wait_buckets,
+                             pruned)
+    SELECT queue, date_trunc('minute', now()), 0, 0, 0, '{}'::int[], count(*)
+    FROM deleted GROUP BY queue ORDER BY queue
+    ON CONFLICT (queue, minute) DO UPDATE SET pruned = pgjobs_stat.pruned + EXCLUDED.pruned
+    RETURNING pruned
+)
+SELECT (SELECT held FROM gate) AS held, (SELECT count(*) FROM deleted) AS pruned,
+       (SELECT count(*) FROM counted) AS queues;
 
 -- name: delete_dead_letters
 -- Delete dead letters for good.
@@ -741,7 +857,7 @@ DELETE FROM pgjobs_stat WHERE minute < now() - %(keep_seconds)s * interval '1 se
 
 -- name: queue_stats_since
 -- Per-minute statistics of every queue since `since` (the dashboard's rates and chart).
-SELECT queue, minute, succeeded, retried, dead_lettered, wait_buckets
+SELECT queue, minute, succeeded, retried, dead_lettered, wait_buckets, pruned
 FROM pgjobs_stat
 WHERE minute >= %(since)s
 ORDER BY minute, queue;

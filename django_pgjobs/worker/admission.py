@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import registry
+from .. import registry, versions
 from ..claims import ClaimedJob
 from .lookup import NotATask, definition_of
 
@@ -38,6 +38,13 @@ def admit(job: ClaimedJob) -> registry.JobDefinition | Refusal:
         # the error's message repeats the name: the reason says it once
         reason = f"unknown job {job.name!r}: no function is registered under this name"
         return Refusal("UnknownJob", f"{reason} in this worker", error, unknown=True)
+    try:  # a row of an older payload version: its arguments brought to the function's
+        version, steps = getattr(definition, "version", 1), getattr(definition, "upgrade", None)
+        job.args, job.kwargs = versions.upgrade_arguments(
+            job.name, version, steps, job.version, job.args, job.kwargs
+        )
+    except versions.CannotUpgrade as error:
+        return Refusal(error.error_type, str(error), error, unknown=error.newer)
     try:
         definition.check_arguments(job.args, job.kwargs)
     except TypeError as error:

@@ -32,6 +32,7 @@ from .inline import InlineDatabase, InlineExecutors
 from .listener import Listener
 from .logs import log_start, log_stats, warn_unused_queues
 from .maintenance import (
+    DeadLetterRetention,
     HeartbeatConfig,
     LeaseHeartbeat,
     LivenessConfig,
@@ -170,6 +171,7 @@ class Worker:
                     o.rescue_interval,
                     keep_succeeded_seconds=o.keep_succeeded,
                     keep_results_seconds=o.keep_results,
+                    dead_letters=DeadLetterRetention(*o.dead_letter_retention),
                 ),
             ),
             Scheduler(db, SchedulerConfig(misfire_grace_seconds=o.misfire_grace)),

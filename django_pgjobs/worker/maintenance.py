@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from .. import metrics, operations
+from .. import metrics, operations, retention
 from .faults import DispatcherDatabase
 from .logs import log_stats
 from .outcomes import Stats
@@ -219,19 +219,34 @@ class Rescuer(AtStartThenJittered):
 
 
 @dataclass(frozen=True)
+class DeadLetterRetention:
+    max_age_seconds: float | None = None  # DEAD_LETTER_MAX_AGE_SECONDS
+    max_per_name: int | None = None  # DEAD_LETTER_MAX_PER_NAME
+    batch: int = 1000  # DEAD_LETTER_PRUNE_BATCH: rows per statement (one transaction)
+    max_batches: int = 100  # per run: a backlog is worked off over several runs
+
+    @property
+    def on(self) -> bool:
+        return self.max_age_seconds is not None or self.max_per_name is not None
+
+
+@dataclass(frozen=True)
 class PruneConfig:
     interval_seconds: float = 15.0  # RESCUE_INTERVAL_SECONDS
     jitter: float = 0.2
     keep_succeeded_seconds: float = 0.0  # KEEP_SUCCEEDED_SECONDS
     keep_results_seconds: float = 7 * 24 * 3600.0  # KEEP_RESULTS_SECONDS
     limit: int = 10_000  # most rows deleted per run
+    dead_letters: DeadLetterRetention = DeadLetterRetention()
 
 
 class Pruner(AtStartThenJittered):
     """Deletes the successful jobs kept past their retention: ``keep_succeeded_seconds``, or
     ``keep_results_seconds`` for jobs that kept their result (always: those are kept whatever
-    ``KEEP_SUCCEEDED_SECONDS`` says), and the throttle windows past their end
-    (``models.ThrottleWindow``). Returns how many rows it deleted."""
+    ``KEEP_SUCCEEDED_SECONDS`` says), the throttle windows past their end
+    (``models.ThrottleWindow``), and the dead letters past their retention (``DEAD_LETTER_MAX_*``
+    settings: bounded batches, one worker at a time, ``operations.prune_dead_letters``).
+    Returns how many rows it deleted."""
 
     def __init__(self, db: DispatcherDatabase, config: PruneConfig) -> None:
         self.db, self.config = db, config
@@ -240,9 +255,31 @@ class Pruner(AtStartThenJittered):
     def run_once(self) -> int:
         config = self.config
         connection = self.db.connection()
-        return operations.prune_succeeded(
-            connection, config.keep_succeeded_seconds, config.keep_results_seconds, config.limit
-        ) + operations.prune_throttle_windows(connection)
+        return (
+            operations.prune_succeeded(
+                connection, config.keep_succeeded_seconds, config.keep_results_seconds, config.limit
+            )
+            + operations.prune_throttle_windows(connection)
+            + self.prune_dead_letters(connection)
+        )
+
+    def prune_dead_letters(self, connection) -> int:
+        """Batches until none is left past retention, another worker holds the pruning, or
+        ``max_batches`` ran; logs how many were deleted."""
+        policy = self.config.dead_letters
+        if not policy.on:
+            return 0
+        pruned = 0
+        for _ in range(policy.max_batches):
+            batch = retention.prune_dead_letters(
+                connection, policy.max_age_seconds, policy.max_per_name, policy.batch
+            )
+            pruned += batch.pruned
+            if not batch.held or batch.pruned < policy.batch:
+                break
+        if pruned:
+            logger.info("pruned %d dead letters past their retention", pruned)
+        return pruned
 
 
 # -- counts -------------------------------------------------------------------------------------

@@ -48,6 +48,7 @@ class WorkerOptions:
     rescue_interval: float
     keep_succeeded: float
     keep_results: float
+    dead_letter_retention: tuple[float | None, int | None, int]  # max age, max per name, batch
     max_stuck: int
     max_result_bytes: int
     unknown_job_grace: float
@@ -104,6 +105,11 @@ class WorkerOptions:
             rescue_interval=config.RESCUE_INTERVAL_SECONDS,
             keep_succeeded=config.KEEP_SUCCEEDED_SECONDS,
             keep_results=config.KEEP_RESULTS_SECONDS,
+            dead_letter_retention=(
+                config.DEAD_LETTER_MAX_AGE_SECONDS,
+                config.DEAD_LETTER_MAX_PER_NAME,
+                config.DEAD_LETTER_PRUNE_BATCH,
+            ),
             max_stuck=config.MAX_STUCK_THREADS,
             max_result_bytes=config.MAX_PAYLOAD_BYTES,
             unknown_job_grace=config.UNKNOWN_JOB_GRACE_SECONDS,

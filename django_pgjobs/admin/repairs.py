@@ -1,0 +1,197 @@
+"""The repair bench of the dead letters: edit a dead letter's arguments, then requeue it; and the
+audit trail (``repairs``) shown on dead letters and jobs."""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+
+from .. import operations, redaction, repair
+from . import display
+from .base import refuse_mutation, require_view, row_id
+
+#: Why selected dead letters were not requeued.
+GONE = (
+    "already requeued or deleted by someone else, or their unique key is held by a ready or "
+    "running job, or by a newer selected dead letter requeued instead"
+)
+
+
+def edit_view(model_admin, request, object_id):
+    """GET: the dead letter's arguments as JSON in a form. POST (``change_deadletter``, CSRF):
+    check the edit as ``enqueue()`` would, then requeue it as a new job linked to the dead
+    letter; a refused edit is shown again with the reason, nothing written."""
+    require_view(model_admin, request)
+    if not model_admin.has_operate_permission(request):
+        raise PermissionDenied
+    pk = row_id(object_id)
+    row = None if pk is None else model_admin.rows().filter(pk=pk).values().first()
+    if row is None:
+        raise Http404("no such dead letter")
+    changelist = reverse(model_admin.url_name("changelist"))
+    stored = [json.dumps(row["args"]), json.dumps(row["kwargs"])]
+    if any(redaction.may_redact(text, row["name"]) for text in stored):
+        messages.error(
+            request,
+            f"Dead letter #{pk} cannot be edited here: its arguments may hold values the admin "
+            "redacts (PGJOBS['REDACT_KEYS']).",
+        )
+        return HttpResponseRedirect(reverse(model_admin.url_name("change"), args=[pk]))
+    args_text = json.dumps(row["args"], indent=2, ensure_ascii=False)
+    kwargs_text = json.dumps(row["kwargs"], indent=2, ensure_ascii=False)
+    refused = ""
+    if request.method == "POST":
+        denied = refuse_mutation(model_admin, request, "operate")
+        if denied:
+            return denied
+        args_text = request.POST.get("args", "")
+        kwargs_text = request.POST.get("kwargs", "")
+        try:
+            args, kwargs = repair.parse_arguments(args_text, kwargs_text)
+            by = f"admin user {request.user.get_username()!r}"
+            job_id = repair.requeue_edited(
+                model_admin.connection(), pk, row["name"], args, kwargs, by=by
+            )
+        except repair.EditRefused as error:
+            refused = str(error)
+        else:
+            return _requeued(model_admin, request, pk, job_id, changelist)
+    context = model_admin.page_context(
+        request,
+        f"Edit and requeue dead letter #{pk}",
+        dead_letter=row,
+        args_text=args_text,
+        kwargs_text=kwargs_text,
+        refused=refused,
+        signature=repair.signature_of(row["name"]),
+        back_url=reverse(model_admin.url_name("change"), args=[pk]),
+        changelist_url=changelist,
+    )
+    return TemplateResponse(request, "admin/django_pgjobs/deadletter_edit.html", context)
+
+
+def _requeued(model_admin, request, pk: int, job_id: int | None, changelist: str):
+    if job_id is None:
+        messages.warning(
+            request,
+            f"Dead letter #{pk} was left alone: it was already requeued or deleted by someone "
+            "else, or its unique key is held by a ready or running job.",
+        )
+        return HttpResponseRedirect(changelist)
+    job_page = reverse(model_admin.url_name("change", model_name="job"), args=[job_id])
+    messages.success(
+        request,
+        format_html(
+            'Requeued dead letter #{} with edited arguments as job <a href="{}">#{}</a>.',
+            pk,
+            job_page,
+            job_id,
+        ),
+    )
+    return HttpResponseRedirect(job_page)
+
+
+def trail_html(model_admin, obj) -> str:
+    """The audit trail of ``obj`` (a job or a dead letter): where it was replayed from, then
+    one line per repair (when, who, what changed)."""
+    lines = []
+    if obj.replayed_from is not None:
+        lines.append(format_html("<p>Requeued from dead letter #{}.</p>", obj.replayed_from))
+    entries = obj.repairs if isinstance(obj.repairs, list) else []
+    if entries:
+        items = format_html_join(
+            "", "<li>{}</li>", ((_entry(entry),) for entry in entries if isinstance(entry, dict))
+        )
+        lines.append(format_html('<ul class="pgjobs-repairs">{}</ul>', items))
+    return format_html_join("", "{}", ((line,) for line in lines)) if lines else "-"
+
+
+def _entry(entry: dict) -> str:
+    """One repair: when, who, what (and the arguments before and after, for an edit)."""
+    text = format_html(
+        "{} by {}: {} (dead letter #{} of job #{})",
+        entry.get("at", ""),
+        entry.get("by", ""),
+        entry.get("action", ""),
+        entry.get("dead_letter", ""),
+        entry.get("job_id", ""),
+    )
+    if "args" not in entry:
+        return text
+    return format_html(
+        "{}; args {} → {}, kwargs {} → {}",
+        text,
+        _short(entry.get("args_before")),
+        _short(entry.get("args")),
+        _short(entry.get("kwargs_before")),
+        _short(entry.get("kwargs")),
+    )
+
+
+def _short(value, limit: int = 200) -> str:
+    text = json.dumps(redaction.redact_value(value), ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+#: Highest replay rate the form accepts, in jobs per second.
+MAX_REPLAY_RATE = 10_000.0
+
+
+def replay_over_time(model_admin, request, queryset):
+    """The changelist action "Replay over time": first a page asking the rate (jobs per second),
+    then the selected dead letters requeued in one statement, due ``1 / rate`` seconds apart
+    (oldest first, the first now); the message says how many and when the last runs."""
+    ids, truncated = model_admin.bulk_ids(queryset)
+    rate, problem = _rate(request.POST.get("rate"))
+    if rate is None:
+        context = model_admin.page_context(
+            request,
+            f"Replay {len(ids):,} dead letter{'s' if len(ids) != 1 else ''} over time",
+            # "select all" of a filtered list: the same filter (the page's query string) again,
+            # not thousands of ids in a form (DATA_UPLOAD_MAX_NUMBER_FIELDS)
+            select_across=request.POST.get("select_across") == "1",
+            ids=sorted(ids),
+            count=len(ids),
+            problem=problem,
+            rate_text=request.POST.get("rate", ""),
+            changelist_url=reverse(model_admin.url_name("changelist")),
+        )
+        return TemplateResponse(request, "admin/django_pgjobs/deadletter_replay.html", context)
+    scheduled = operations.requeue_dead_letters_spread(
+        model_admin.connection(),
+        ids,
+        1 / rate,
+        requested_by=f"admin user {request.user.get_username()!r}",
+    )
+    skipped = len(ids) - len(scheduled)
+    if not scheduled:
+        messages.warning(request, "No dead letter was requeued: all were gone or held.")
+        return None
+    last = max(run_after for _, run_after in scheduled)
+    seconds = (len(scheduled) - 1) / rate
+    done = (
+        f"Scheduled {len(scheduled):,} job{'s' if len(scheduled) != 1 else ''} at {rate:g}/s: "
+        f"the first is due now, the last at {display.local(last):%Y-%m-%d %H:%M:%S} "
+        f"(in {display.duration(seconds)})."
+    )
+    left = f"{skipped:,} selected dead letters were left alone ({GONE})." if skipped else ""
+    model_admin.report(request, done, left, truncated)
+    return None
+
+
+def _rate(text: str | None) -> tuple[float | None, str]:
+    if text is None:
+        return None, ""
+    try:
+        rate = float(text)
+    except ValueError:
+        return None, f"The rate must be a number of jobs per second, not {text!r}."
+    if not 0 < rate <= MAX_REPLAY_RATE:  # NaN fails too
+        return None, f"The rate must be more than 0 and at most {MAX_REPLAY_RATE:g} per second."
+    return rate, ""

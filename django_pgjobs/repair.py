@@ -1,0 +1,98 @@
+"""Repairing dead letters: requeue one with edited arguments.
+
+The edited arguments are checked exactly as ``enqueue()`` checks arguments, before anything is
+written: JSON that reads back unchanged (``payload.dump_arguments``, within
+``PGJOBS["MAX_PAYLOAD_BYTES"]``) and that binds to the job function's current signature
+(``inspect.signature(...).bind``). Then one statement (``requeue_edited_dead_letter``) moves the
+dead letter back as a new job linked to it (``replayed_from``), its audit trail (``repairs``)
+holding who changed what. See docs/howto/repair.md.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from typing import Any, NamedTuple
+
+from . import db, registry
+from .conf import get_config
+from .payload import dump_arguments
+
+
+class EditRefused(ValueError):
+    """Edited arguments that cannot be requeued; the message says why."""
+
+
+class CheckedArguments(NamedTuple):
+    args_json: str
+    kwargs_json: str
+    version: int  # the job's payload version now: the arguments fit its current signature
+
+
+def parse_arguments(args_text: str, kwargs_text: str) -> tuple[list, dict]:
+    """The arguments of an edit form: a JSON array and a JSON object."""
+    values = []
+    for label, text, kind in (("args", args_text, list), ("kwargs", kwargs_text, dict)):
+        try:
+            value = json.loads(text or ("[]" if kind is list else "{}"))
+        except ValueError as error:
+            raise EditRefused(f"{label} is not valid JSON: {error}") from None
+        if not isinstance(value, kind):
+            what = "array [...]" if kind is list else "object {...}"
+            raise EditRefused(f"{label} must be a JSON {what}, not {type(value).__name__}")
+        values.append(value)
+    return values[0], values[1]
+
+
+def check_arguments(name: str, args: list, kwargs: dict) -> CheckedArguments:
+    """``args``/``kwargs`` as ``enqueue()`` would store them for the job ``name``, or
+    ``EditRefused`` saying why they would not be."""
+    try:
+        definition = registry.get(name)
+    except registry.UnknownJobError:
+        raise EditRefused(f"no job is registered as {name!r} in this release") from None
+    try:
+        inspect.signature(definition.func).bind(*args, **kwargs)
+    except TypeError as error:
+        raise EditRefused(f"arguments do not fit {name}{_signature(definition)}: {error}") from None
+    try:
+        args_json, kwargs_json = dump_arguments(args, kwargs, get_config().MAX_PAYLOAD_BYTES)
+    except (TypeError, ValueError) as error:
+        raise EditRefused(str(error)) from None
+    return CheckedArguments(args_json, kwargs_json, definition.version)
+
+
+def _signature(definition: registry.JobDefinition) -> str:
+    """The parameters as written (annotations evaluated when they can be: modules with
+    ``from __future__ import annotations`` hold them as strings)."""
+    try:
+        return str(inspect.signature(definition.func, eval_str=True))
+    except Exception:  # noqa: BLE001 (an annotation that cannot be evaluated: shown as a string)
+        return str(inspect.signature(definition.func))
+
+
+def signature_of(name: str) -> str:
+    """``name(parameters)`` of a registered job as it is now, or "" when none is registered."""
+    try:
+        return name + _signature(registry.get(name))
+    except registry.UnknownJobError:
+        return ""
+
+
+def requeue_edited(
+    connection: Any, dead_letter_id: int, name: str, args: list, kwargs: dict, *, by: str
+) -> int | None:
+    """Check the edited arguments (``EditRefused`` when they would not be enqueued), then requeue
+    dead letter ``dead_letter_id`` (of the job ``name``) with them; returns the new job's id, or
+    None when the dead letter is gone or its unique key is held by a waiting or running job."""
+    checked = check_arguments(name, args, kwargs)
+    params = {
+        "id": dead_letter_id,
+        "name": name,
+        "args": checked.args_json,
+        "kwargs": checked.kwargs_json,
+        "by": by,
+        "version": checked.version,
+    }
+    rows = db.execute(connection, "requeue_edited_dead_letter", params)
+    return rows[0]["id"] if rows else None
