@@ -4,6 +4,7 @@
 - ``pgjobs.E002``: ``settings.PGJOBS`` has an unknown key or a bad value.
 - ``pgjobs.E003``: ``PGJOBS["DATABASE"]`` names no database in ``settings.DATABASES``.
 - ``pgjobs.E004``: a job's ``lease_seconds`` is shorter than two heartbeats.
+- ``pgjobs.E005``: immediate mode is on with ``DEBUG`` off and no explicit opt-in.
 - ``pgjobs.W001``: atomic jobs run on a jobs database other than ``default``.
 """
 
@@ -120,5 +121,26 @@ def check_atomic_jobs_database(app_configs=None, **kwargs):
             hint="Keep the jobs tables on 'default' for atomic jobs, or make those jobs write "
             f"only to {config.DATABASE!r} (and be idempotent about the rest).",
             id="pgjobs.W001",
+        )
+    ]
+
+
+@register(Tags.compatibility)
+def check_immediate_mode(app_configs=None, **kwargs):
+    """Immediate mode runs every job in the process that enqueued it (a web request's): fine on
+    a developer's machine, an outage in production. ``DEBUG`` off looks like production."""
+    try:
+        config = get_config()
+    except ConfigError:
+        return []  # reported by pgjobs.E002
+    if not config.IMMEDIATE or settings.DEBUG or config.IMMEDIATE_WITHOUT_DEBUG:
+        return []
+    return [
+        Error(
+            "PGJOBS['IMMEDIATE'] is True with DEBUG off: every job would run inside the process "
+            "that enqueued it (a web request), not in a worker.",
+            hint="Turn IMMEDIATE off in production settings. For a test settings module, where "
+            "the test runner turns DEBUG off, also set PGJOBS['IMMEDIATE_WITHOUT_DEBUG'] = True.",
+            id="pgjobs.E005",
         )
     ]

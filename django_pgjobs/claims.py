@@ -107,7 +107,8 @@ class ClaimBuilder:
     whether the session may run prepared statements) is made into statement parameters once;
     each claim adds its plan, the names it skips and a fresh token.
 
-    ``queues``: None for every queue. ``prepared``: only on a session that keeps its settings
+    ``queues``: None for every queue. ``only_ids``: None for any job; else only these jobs are
+    claimed (an immediate-mode run: the jobs its caller enqueued). ``prepared``: only on a session that keeps its settings
     from one statement to the next (a worker that may LISTEN has one), see
     ``db.execute_prepared_replanned``.
     """
@@ -119,6 +120,7 @@ class ClaimBuilder:
         queues: Sequence[str] | None,
         lease_seconds: float,
         prepared: bool = False,
+        only_ids: Sequence[int] | None = None,
     ) -> None:
         self.lease_seconds = float(lease_seconds)
         self.prepared = prepared
@@ -127,6 +129,8 @@ class ClaimBuilder:
             "all_queues": queues is None,
             "queues": list(queues or []),
             "lease_seconds": self.lease_seconds,
+            "any_id": only_ids is None,
+            "only_ids": list(only_ids or []),
         }
 
     def claim(self, plan: ClaimPlan, skip_names: Sequence[str] | None = None) -> Claim:

@@ -39,22 +39,28 @@ def run_jobs(
     waiting out their back-off): made due now, again after each round, until none is left, so
     a failing job runs through all its attempts to its dead letter. Without it, failed jobs are
     retried later, as in production."""
-    inline = _connection().in_atomic_block
-    worker_options.setdefault("listen", False)
     total = Stats()
     while True:
-        worker = Worker(
-            queues=queues,
-            concurrency=1 if inline else concurrency,
-            burst=True,
-            install_signal_handlers=False,
-            inline=inline,
-            **worker_options,
-        )
-        worker.run()
-        _add(total, worker.stats)
+        _add(total, run_burst(queues=queues, concurrency=concurrency, **worker_options))
         if not with_scheduled or not _make_scheduled_due(queues):
             return total
+
+
+def run_burst(*, concurrency: int = 1, **worker_options: Any) -> Stats:
+    """One burst worker: on the caller's thread and connection inside a transaction
+    (``worker/inline.py``), else with executor threads as in production; its counters.
+    ``only_ids=[...]`` claims those jobs and no other (immediate mode, ``immediate.py``)."""
+    inline = _connection().in_atomic_block
+    worker_options.setdefault("listen", False)
+    worker = Worker(
+        concurrency=1 if inline else concurrency,
+        burst=True,
+        install_signal_handlers=False,
+        inline=inline,
+        **worker_options,
+    )
+    worker.run()
+    return worker.stats
 
 
 def _connection():

@@ -44,6 +44,8 @@ def params_for(name: str) -> dict:
         "worker": "w",
         "all_queues": False,
         "any_name": True,
+        "any_id": True,
+        "only_ids": [],
         "skip_names": [],
         "queues": ["q3", "q7"],
         "lease_seconds": 60.0,

@@ -77,7 +77,9 @@ WHERE unique_key = %(unique_key)s AND status IN ('ready', 'running');
 -- mark_started; a held job the rescue finds unstarted has its attempt given back). A held job
 -- the rescue once gave back unstarted (`returned_unstarted`) comes with `start_recorded_first`:
 -- its executor records its start (mark_started) before running it, not after.
--- `skip_names`: names of a kind whose slots are full. Why each part: docs/explanation/claim.md.
+-- `skip_names`: names of a kind whose slots are full. `only_ids` (unless `any_id`): the jobs an
+-- immediate-mode run claims, those its caller enqueued and no other (immediate.py). Why each
+-- part: docs/explanation/claim.md.
 WITH candidates AS (
     SELECT id, priority, run_after, name = ANY(%(async_names)s::text[]) AS is_async
     FROM pgjobs_job
@@ -85,6 +87,7 @@ WITH candidates AS (
       AND run_after <= now()
       AND (%(all_queues)s OR queue = ANY(%(queues)s::text[]))
       AND (%(any_name)s OR name <> ALL(%(skip_names)s::text[]))
+      AND (%(any_id)s OR id = ANY(%(only_ids)s::bigint[]))
       AND queue NOT IN (SELECT name FROM pgjobs_queue WHERE paused)
     ORDER BY priority DESC, run_after, id
     LIMIT %(limit)s::int

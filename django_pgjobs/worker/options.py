@@ -40,6 +40,7 @@ class WorkerOptions:
     stats_interval: float
     install_signal_handlers: bool
     inline: bool  # on the caller's thread and connection (``inline.py``): run_jobs() in a test
+    only_ids: tuple[int, ...] | None  # claim only these jobs (immediate mode); None: any
     # from the settings
     alias: str
     lease_seconds: float
@@ -69,6 +70,7 @@ class WorkerOptions:
         stats_interval: float = STATS_INTERVAL_SECONDS,
         install_signal_handlers: bool = True,
         inline: bool = False,
+        only_ids: Sequence[int] | None = None,
     ) -> WorkerOptions:
         """``ValueError`` naming the option for any value out of its range."""
         config = get_config()
@@ -93,6 +95,7 @@ class WorkerOptions:
             stats_interval=check_positive_seconds("stats_interval", stats_interval),
             install_signal_handlers=bool(install_signal_handlers) and not inline,
             inline=bool(inline),
+            only_ids=None if only_ids is None else tuple(int(i) for i in only_ids),
             alias=config.DATABASE,
             lease_seconds=config.LEASE_SECONDS,
             heartbeat_seconds=config.HEARTBEAT_SECONDS,
