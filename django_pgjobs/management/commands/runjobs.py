@@ -14,6 +14,7 @@ from django_pgjobs.validation import check_count, check_positive_seconds, check_
 from django_pgjobs.worker import Worker
 from django_pgjobs.worker.holding import MAX_HELD, TARGET_SECONDS
 from django_pgjobs.worker.options import STATS_INTERVAL_SECONDS
+from django_pgjobs.worker.reloading import ReloadingWorker
 
 # Typical Django jobs wait on the network or the database (mail, HTTP, queries), and threads
 # waiting on I/O release the GIL: 4 slots keep 2 cores busy while each worker stays at a few
@@ -99,6 +100,12 @@ class Command(BaseCommand):
             action="store_true",
             help="Poll only, no LISTEN/NOTIFY (for PgBouncer in transaction mode).",
         )
+        parser.add_argument(
+            "--reload",
+            action="store_true",
+            help="Development: restart the worker when the project's code changes (Django's "
+            "autoreloader, as runserver), its held jobs handed back first.",
+        )
 
     def handle(self, *args, **options):
         _ensure_logging(options["verbosity"])
@@ -118,9 +125,14 @@ class Command(BaseCommand):
                 shutdown_grace=options["shutdown_grace"],
                 listen=False if options["no_listen"] else None,  # None: LISTEN_NOTIFY
                 stats_interval=options["stats_interval"],
+                # with --reload it runs off the main thread, where no handler can be installed
+                install_signal_handlers=not options["reload"],
             )
         except ValueError as error:
             raise CommandError(str(error)) from error
+        if options["reload"]:
+            ReloadingWorker(worker).run()
+            return
         try:
             code = worker.run()
         except JobsTableMissing as error:
