@@ -8,7 +8,8 @@ class PgJobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks, taskframework  # noqa: F401  (checks registers the system checks)
+        # checks registers the system checks, immediate its receiver of job_enqueued
+        from . import checks, immediate, taskframework  # noqa: F401
         from .registry import autodiscover
 
         autodiscover()

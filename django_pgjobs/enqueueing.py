@@ -20,7 +20,7 @@ from django.db import connections
 from django.db.models.base import ModelState
 from django.utils import timezone
 
-from . import db, immediate, signals
+from . import db, signals
 from .calls import CallOptions
 from .conf import get_config
 from .models import Job
@@ -186,8 +186,6 @@ def enqueue_call(
             connection.alias,
         )
         signals.job_enqueued.send(sender=Job, job=job, created=True)
-        if config.IMMEDIATE:
-            immediate.run_after_commit(connection.alias, [job.pk])
         return job
     # A job with this unique_key is already ready or running: hand back that one.
     existing = db.execute(
@@ -242,8 +240,6 @@ def enqueue_many(
     if signals.job_enqueued.has_listeners(Job):
         for job in jobs:
             signals.job_enqueued.send(sender=Job, job=job, created=True)
-    if get_config().IMMEDIATE:
-        immediate.run_after_commit(connection.alias, [job.pk for job in jobs])
     return jobs
 
 

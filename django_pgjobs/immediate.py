@@ -4,9 +4,15 @@ rolls back; enqueued in autocommit, it runs at once.
 
 It runs through the worker (``testing.run_burst``): the job's row is claimed, its arguments are
 read back from the JSON stored, its outcome is recorded by the production statements (retries,
-dead letters, kept results). The claim takes only the jobs this call enqueued
+dead letters, kept results). The claim takes only the jobs this thread enqueued
 (``WorkerOptions.only_ids``), never another process's, nor a job due later (``delay=``,
 ``run_after=``, a retry's back-off): those wait for a worker or ``run_jobs()``.
+
+How: a receiver of ``job_enqueued`` notes the new job's id and registers an ``on_commit``
+callback; the first callback to run takes every id noted so far on this thread and runs those
+jobs in one burst (a bulk enqueue runs in one). A rolled-back transaction or savepoint discards
+its callbacks; its ids may stay noted, but their rows are gone and ids are never reused, so a
+later run claims nothing for them.
 
 Unlike Celery's ``task_always_eager``, nothing is called in the caller's stack: a failing job
 does not raise into the view that enqueued it, it is retried or dead-lettered as in production.
@@ -16,23 +22,31 @@ The system check ``pgjobs.E005`` refuses immediate mode when ``DEBUG`` is off, u
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
 
 from django.db import connections
+from django.dispatch import receiver
 
-__all__ = ["run_after_commit"]
+from . import signals
+from .conf import get_config
+
+_noted = threading.local()  # .ids: {database alias: [job id, ...]} enqueued, not yet run
 
 
-def run_after_commit(alias: str, ids: Sequence[int]) -> None:
-    """Run the jobs ``ids`` when the current transaction on ``alias`` commits (at once in
-    autocommit). A rolled-back transaction or savepoint discards the callback with its rows."""
-    if not ids:
+@receiver(signals.job_enqueued, dispatch_uid="django_pgjobs.immediate")
+def run_when_committed(sender, job, created: bool, **kwargs) -> None:
+    """Run ``job`` when the transaction that enqueued it commits (immediate mode only)."""
+    if not created or not get_config().IMMEDIATE:
         return
-    ids = list(ids)
+    alias = job._state.db
+    noted = _noted.__dict__.setdefault("ids", {})
+    noted.setdefault(alias, []).append(job.pk)
 
     def run_enqueued_jobs_after_commit() -> None:  # named: Django logs callbacks by __qualname__
-        from .testing import run_burst
+        ids = noted.pop(alias, None)
+        if ids:
+            from .testing import run_burst
 
-        run_burst(only_ids=ids)
+            run_burst(only_ids=ids)
 
     connections[alias].on_commit(run_enqueued_jobs_after_commit)
