@@ -17,13 +17,15 @@ import inspect
 import logging
 from collections.abc import Callable, Iterable
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 from django.utils.module_loading import autodiscover_modules
 
 from .backoff import RetryPolicy
+from .callables import AsyncJobsNotSupported as AsyncJobsNotSupported
+from .callables import check_ran, check_runs_when_called, is_async_callable
 from .calls import NO_OPTIONS, CallOptions
-from .celery_calls import CeleryCalls
+from .celery_calls import CeleryCalls, P, R
 from .conf import ConfigError, get_config
 from .installed import require_installed
 from .payload import Undecodable
@@ -36,9 +38,13 @@ from .validation import (
     check_queue,
 )
 
+if TYPE_CHECKING:  # job modules load before the app registry: no models imported at run time
+    from .models import Job
+    from .results import JobResult
+
 logger = logging.getLogger("django_pgjobs")
 
-_REGISTRY: dict[str, JobDefinition] = {}
+_REGISTRY: dict[str, JobDefinition[..., Any]] = {}
 
 
 class UnknownJobError(LookupError):
@@ -49,75 +55,18 @@ class JobAlreadyRegistered(ValueError):
     """Two different functions registered under one name."""
 
 
-class AsyncJobsNotSupported(TypeError):
-    """A generator or async generator function given to ``@job``, or a plain ``def`` job whose
-    call returned a coroutine, awaitable or generator instead of running its work."""
-
-
-def is_async_callable(func: Callable[..., Any]) -> bool:
-    """True for an ``async def`` function (also behind ``functools.partial``) or an object whose
-    ``__call__`` is one: the worker awaits those on its event loop."""
-    while isinstance(func, functools.partial):
-        func = func.func
-    if inspect.iscoroutinefunction(func):
-        return True
-    return not inspect.isroutine(func) and inspect.iscoroutinefunction(type(func).__call__)
-
-
-def check_runs_when_called(func: Callable[..., Any], name: str) -> None:
-    """Refuse functions whose call returns before their body ran (generators).
-
-    A worker calls a job and counts the return as done: a generator function would return an
-    unstarted generator, an async generator function an unstarted async generator, both without
-    running a line. ``async def`` functions are accepted: the worker awaits them.
-    """
-    candidates = [func]
-    if not inspect.isroutine(func) and not isinstance(func, functools.partial):
-        candidates.append(type(func).__call__)  # an instance whose __call__ is one
-    for candidate in candidates:
-        while isinstance(candidate, functools.partial):
-            candidate = candidate.func
-        if inspect.isasyncgenfunction(candidate):
-            raise AsyncJobsNotSupported(
-                f"{name} is an async generator function: calling it runs nothing until "
-                "iterated, so a worker would count it as done without running it. Make it an "
-                "async def that consumes the generator (async for ...)."
-            )
-        if inspect.isgeneratorfunction(candidate):
-            raise AsyncJobsNotSupported(
-                f"{name} is a generator function: calling it runs nothing until iterated, so a "
-                "worker would count it as done without running it. Make it a plain def (e.g. "
-                "consume the generator inside it)."
-            )
-
-
-def check_ran(result: Any, name: str) -> Any:
-    """Raise when a plain ``def`` job's call returned work still to be done instead of doing
-    it."""
-    if inspect.iscoroutine(result) or inspect.isgenerator(result):
-        result.close()  # nothing will run it: no "was never awaited" warning
-    elif inspect.isasyncgen(result):
-        pass  # aclose() is itself a coroutine; an unstarted async generator holds nothing
-    elif not inspect.isawaitable(result):
-        return result
-    kind = type(result).__name__
-    raise AsyncJobsNotSupported(
-        f"{name} returned a {kind} instead of running: it is a plain def, so the worker does "
-        "not await what it returns and its body did not run. Make it an async def (the worker "
-        "awaits it) or await the async code inside it."
-    )
-
-
 # -- definitions -------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
-class JobDefinition(CeleryCalls):
+class JobDefinition(CeleryCalls[P, R]):
     """A registered job function and its defaults. Calling it calls the function directly;
     ``delay()`` and ``apply_async()`` are Celery's spellings of ``enqueue()`` and
-    ``using(...).enqueue()`` (``celery_calls``)."""
+    ``using(...).enqueue()`` (``celery_calls``). Generic in the function's parameters ``P`` and
+    return type ``R``: type checkers check ``enqueue()``'s arguments against the function's
+    and type ``get_result()``'s ``return_value`` (docs/howto/developing.md)."""
 
-    func: Callable[..., Any]
+    func: Callable[P, R]
     name: str
     queue: str | None = None
     priority: int = 0
@@ -165,7 +114,7 @@ class JobDefinition(CeleryCalls):
             self, "discard_on", check_exception_classes("discard_on", self.discard_on) or ()
         )
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
 
     def run(self, args: list, kwargs: dict) -> Any:
@@ -207,15 +156,26 @@ class JobDefinition(CeleryCalls):
     def get_retry(self) -> RetryPolicy:
         return self.retry or RetryPolicy.from_settings()
 
-    def using(self, **options: Any) -> JobWithOptions:
+    def using(self, **options: Any) -> JobWithOptions[P, R]:
         """This job with per-call options (the ``django.tasks`` idiom): ``queue``, ``priority``,
         ``run_after``, ``delay``, ``unique_key``, ``max_attempts``, ``keep_result``,
         ``timeout`` (see ``CallOptions``)."""
         return JobWithOptions(self, CallOptions(**options))
 
-    def enqueue(self, *args: Any, **kwargs: Any):
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Insert one job on the jobs database's connection; returns the saved ``Job``."""
         return _enqueue(self, NO_OPTIONS, args, kwargs)
+
+    def get_result(self, job_id: int, *, using: str | None = None) -> JobResult[R]:
+        """``django_pgjobs.get_result(job_id)``, its ``return_value`` typed as this job's
+        function returns (an ``async def`` job's: the coroutine's type, so ``Any`` is safer
+        there). ``ValueError`` when the job ``job_id`` is another job."""
+        from .results import get_result
+
+        result = get_result(job_id, using=using)
+        if result.name != self.name:
+            raise ValueError(f"job #{job_id} is a {result.name}, not a {self.name}")
+        return result
 
     def enqueue_many(self, calls: Iterable[Any]):
         """Insert one job per ``(args, kwargs)`` pair (or ``args`` tuple) in one statement."""
@@ -247,22 +207,22 @@ class JobDefinition(CeleryCalls):
 
 
 @dataclasses.dataclass(frozen=True)
-class JobWithOptions(CeleryCalls):
+class JobWithOptions(CeleryCalls[P, R]):
     """What ``<job>.using(...)`` returns: the job with options for the calls made through it.
     Calling it calls the function directly; ``delay()`` and ``apply_async()`` enqueue with these
     options (``apply_async``'s own go on top)."""
 
-    definition: JobDefinition
+    definition: JobDefinition[P, R]
     options: CallOptions
 
     @property
     def name(self) -> str:
         return self.definition.name
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.definition.func(*args, **kwargs)
 
-    def using(self, **options: Any) -> JobWithOptions:
+    def using(self, **options: Any) -> JobWithOptions[P, R]:
         """These options with more on top (see ``CallOptions.then``)."""
         return JobWithOptions(self.definition, self.options.then(CallOptions(**options)))
 
@@ -272,7 +232,7 @@ class JobWithOptions(CeleryCalls):
             return self.options.timeout
         return self.definition.get_timeout()
 
-    def enqueue(self, *args: Any, **kwargs: Any):
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Insert one job with these options; returns the saved ``Job``."""
         return _enqueue(self.definition, self.options, args, kwargs)
 
@@ -285,20 +245,44 @@ class JobWithOptions(CeleryCalls):
 # enqueueing needs the models.
 
 
-def _enqueue(definition: JobDefinition, options: CallOptions, args: tuple, kwargs: dict):
+def _enqueue(
+    definition: JobDefinition[..., Any], options: CallOptions, args: tuple, kwargs: dict
+) -> Job:
     require_installed(f"enqueueing {definition.name}")
     from .enqueueing import enqueue_call
 
     return enqueue_call(definition, options, args, kwargs)
 
 
-def _enqueue_many(definition: JobDefinition, options: CallOptions, calls: Iterable[Any]):
+def _enqueue_many(
+    definition: JobDefinition[..., Any], options: CallOptions, calls: Iterable[Any]
+) -> list[Job]:
     require_installed(f"enqueueing {definition.name}")
     from .enqueueing import enqueue_many
 
     return enqueue_many(definition, options, calls)
 
 
+@overload
+def job(func: Callable[P, R], /) -> JobDefinition[P, R]: ...
+@overload
+def job(
+    func: None = None,
+    /,
+    *,
+    name: str | None = None,
+    queue: str | None = None,
+    priority: int = 0,
+    max_attempts: int | None = None,
+    atomic: bool | None = None,
+    lease_seconds: float | None = None,
+    retry: RetryPolicy | None = None,
+    unique_key: Callable[..., str | None] | None = None,
+    keep_result: bool = False,
+    retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
+    discard_on: type[BaseException] | tuple[type[BaseException], ...] = (),
+    timeout: float | None = None,
+) -> Callable[[Callable[P, R]], JobDefinition[P, R]]: ...
 def job(
     func: Callable[..., Any] | None = None,
     *,
@@ -329,7 +313,7 @@ def job(
     loop (``atomic=True`` is refused for them); generator functions are refused.
     """
 
-    def register(f: Callable[..., Any]) -> JobDefinition:
+    def register(f: Callable[..., Any]) -> JobDefinition[..., Any]:
         if isinstance(f, JobDefinition):
             raise TypeError("@job applied twice")
         if not callable(f):
@@ -348,8 +332,8 @@ def job(
             retry=retry,
             unique_key=unique_key,
             keep_result=keep_result,
-            retry_on=retry_on,
-            discard_on=discard_on,
+            retry_on=check_exception_classes("retry_on", retry_on),
+            discard_on=check_exception_classes("discard_on", discard_on) or (),
             timeout=timeout,
         )
         _add(definition)

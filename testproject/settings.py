@@ -127,6 +127,8 @@ PGJOBS = {
         "testproject.handlers.aborting",
         # and of docs/howto/from-celery.md
         "testproject.handlers.from_celery",
+        # and of docs/howto/developing.md
+        "testproject.handlers.developing",
         # tests of start-up imports add their own (tests/test_task_imports.py)
         *os.environ.get("PGJOBS_TEST_JOB_MODULES", "").split(),
     ],
