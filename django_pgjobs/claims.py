@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -47,6 +47,9 @@ class ClaimedJob:
     #: records its start before running it (a job that killed its worker unrecorded once spends
     #: its attempts from then on), instead of the dispatcher recording it after.
     start_recorded_first: bool = False
+    #: What ``set_progress`` keeps between its writes (``progress.py``).
+    pending_progress: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    progress_written_at: float = field(default=float("-inf"), repr=False, compare=False)
 
     @property
     def is_last_attempt(self) -> bool:
@@ -56,6 +59,30 @@ class ClaimedJob:
         """Raise ``django_pgjobs.Aborted`` if an abort of this job was requested."""
         if self.abort_requested:
             raise Aborted(f"job #{self.id} stopped: its abort was requested")
+
+    def set_progress(self, done: float, total: float | None = None, note: str = "") -> None:
+        """Report ``done`` of ``total`` (numbers >= 0) and a ``note``, shown in the admin and
+        by ``get_result()``; written at most once a second, so call it as often as you like
+        (``progress.py``). In an ``async def`` job: ``await aset_progress(...)``."""
+        from . import progress
+
+        progress.report(self, done, total, note)
+
+    def set_metadata(self, **values: Any) -> None:
+        """Merge these JSON values into the job's metadata (written at once)."""
+        from . import progress
+
+        progress.set_metadata(self, values)
+
+    async def aset_progress(self, done: float, total: float | None = None, note: str = "") -> None:
+        from asgiref.sync import sync_to_async
+
+        await sync_to_async(self.set_progress)(done, total, note)
+
+    async def aset_metadata(self, **values: Any) -> None:
+        from asgiref.sync import sync_to_async
+
+        await sync_to_async(self.set_metadata)(**values)
 
 
 @dataclass(frozen=True)

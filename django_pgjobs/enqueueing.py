@@ -308,6 +308,8 @@ def _jobs_from_inserted(
         "keep_result": params["keep_result"],
         "result": None,
         "task_backend": params["task_backend"],
+        "progress": None,
+        "metadata": None,
     }
     jobs = []
     returned = zip(ids, unique_keys, strict=True)

@@ -96,6 +96,17 @@ class Job(models.Model):
     abort_requested_by = models.CharField(  # noqa: DJ001 (NULL: no abort requested)
         max_length=255, null=True, blank=True, help_text="Who or what requested the abort."
     )
+    progress = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="What the running job last reported: done, total, note, at "
+        "(current_job().set_progress).",
+    )
+    metadata = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="Free-form values the job set (current_job().set_metadata).",
+    )
     task_backend = models.CharField(
         max_length=TASK_BACKEND_MAX,
         blank=True,

@@ -61,6 +61,11 @@ class JobResult(Generic[T]):
     task_backend: str = ""
     #: When its first attempt started (``started_at`` is the latest attempt's).
     first_started_at: datetime | None = None
+    #: What the job last reported (``current_job().set_progress``): ``done``, ``total``,
+    #: ``note``, ``at``; None if it reported nothing (or was dead-lettered).
+    progress: dict[str, Any] | None = None
+    #: What the job set with ``current_job().set_metadata``; None if nothing.
+    metadata: dict[str, Any] | None = None
 
     @property
     def is_finished(self) -> bool:
@@ -111,6 +116,8 @@ def _from_row(row: dict[str, Any]) -> JobResult[Any]:
         keep_result=row["keep_result"],
         task_backend=row["task_backend"],
         first_started_at=db.as_django_reads(row["first_started_at"]),
+        progress=row["progress"],
+        metadata=row["metadata"],
     )
 
 

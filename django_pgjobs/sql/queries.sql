@@ -371,18 +371,29 @@ WHERE id IN (
 )
 RETURNING id;
 
+-- name: set_job_progress
+-- A running job's progress (replaced) and metadata (merged into what it set before), written by
+-- the job itself (progress.py). Fenced by the claim's token: a job whose claim was lost writes
+-- nothing. The primary key finds the row; nothing else is read.
+UPDATE pgjobs_job
+SET progress = COALESCE(%(progress)s::jsonb, progress),
+    metadata = CASE WHEN %(metadata)s::jsonb IS NULL THEN metadata
+                    ELSE COALESCE(metadata, '{}'::jsonb) || %(metadata)s::jsonb END
+WHERE id = %(id)s AND claim_token = %(token)s::uuid AND status = 'running'
+RETURNING id;
+
 -- name: find_job_result
 -- One job by id for get_result: its pgjobs_job row, or else its dead letter (status 'failed';
 -- the newest, should it have failed more than once under this id), through pgjobs_dl_job_idx.
 SELECT * FROM (
     (SELECT 0 AS source, id, name, queue, priority, args, kwargs, status, result, errors,
             attempts, max_attempts, created_at, run_after, started_at, first_started_at,
-            finished_at, worker, keep_result, task_backend
+            finished_at, worker, keep_result, task_backend, progress, metadata
      FROM pgjobs_job WHERE id = %(id)s)
     UNION ALL
     (SELECT 1, job_id, name, queue, priority, args, kwargs, 'failed', NULL, errors, attempts,
             max_attempts, created_at, NULL, started_at, first_started_at, failed_at, '',
-            keep_result, task_backend
+            keep_result, task_backend, NULL::jsonb, NULL::jsonb
      FROM pgjobs_deadletter WHERE job_id = %(id)s
      ORDER BY failed_at DESC, id DESC
      LIMIT 1)

@@ -337,3 +337,18 @@ def fail_in_the_database(label: str) -> None:
     _record(label)
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1 / 0")
+
+
+@job(queue="default", keep_result=True)
+def stepwise(gate: str, steps: int) -> int:
+    """Reports its progress, then waits at each step for the counter ``gate`` to reach it (a
+    test moves it on), then reports again."""
+    running = current_job()
+    assert running is not None
+    running.set_metadata(gate=gate)
+    for step in range(steps):
+        running.set_progress(step, steps, note=f"waiting at step {step + 1}")
+        while not Counter.objects.filter(name=gate, value__gt=step).exists():
+            time.sleep(0.02)
+    running.set_progress(steps, steps, note="all steps done")
+    return steps

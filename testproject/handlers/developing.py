@@ -5,6 +5,7 @@ calls."""
 from __future__ import annotations
 
 from django_pgjobs import job
+from django_pgjobs.context import current_job
 
 
 @job(queue="handlers", keep_result=True)
@@ -28,3 +29,15 @@ def width_of(job_id: int) -> int | None:
     if result.return_value is None:
         return None
     return result.return_value["width"]
+
+
+@job(queue="handlers", keep_result=True)
+def import_rows(count: int) -> int:
+    """Reports its progress at every row: written at most once a second, and at the last."""
+    running = current_job()
+    assert running is not None  # always, inside a job
+    running.set_metadata(source="upload.csv", rows=count)
+    for done in range(1, count + 1):
+        ...  # import one row
+        running.set_progress(done, count, note=f"row {done} of {count}")
+    return count
