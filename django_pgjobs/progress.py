@@ -57,8 +57,9 @@ def set_metadata(job: ClaimedJob, values: dict[str, Any]) -> bool:
 
 def _write(job: ClaimedJob, now: float, metadata: str | None) -> bool:
     progress = job.pending_progress
-    job.pending_progress = None
-    job.progress_written_at = now
+    if progress is not None:  # a metadata write alone does not hold back the next report
+        job.pending_progress = None
+        job.progress_written_at = now
     rows = db.execute(
         db.jobs_connection(),
         "set_job_progress",

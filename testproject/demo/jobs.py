@@ -341,14 +341,15 @@ def fail_in_the_database(label: str) -> None:
 
 @job(queue="default", keep_result=True)
 def stepwise(gate: str, steps: int) -> int:
-    """Reports its progress, then waits at each step for the counter ``gate`` to reach it (a
-    test moves it on), then reports again."""
+    """Waits at each step for the counter ``gate`` to pass it (a test moves it on), reporting
+    its progress all the while."""
     running = current_job()
     assert running is not None
     running.set_metadata(gate=gate)
     for step in range(steps):
-        running.set_progress(step, steps, note=f"waiting at step {step + 1}")
+        # reported at every turn of the wait, as often as it likes: written once a second
         while not Counter.objects.filter(name=gate, value__gt=step).exists():
+            running.set_progress(step, steps, note=f"waiting at step {step + 1}")
             time.sleep(0.02)
     running.set_progress(steps, steps, note="all steps done")
     return steps
