@@ -23,6 +23,7 @@ PAGES = [
     "docs/howto/django-tasks.md",
     "docs/howto/from-celery.md",
     "docs/howto/testing.md",
+    "docs/howto/developing.md",
 ]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 NAMED = re.compile(r"#\s*((?:testproject|tests)/\S+\.py)\s*\n")
