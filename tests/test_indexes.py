@@ -60,6 +60,8 @@ def params_for(name: str) -> dict:
         "keep_seconds": 2 * 24 * 3600.0,
         "keep_results_seconds": 7 * 24 * 3600.0,
         "keep_result": False,
+        "progress": None,
+        "metadata": None,
         "task_backend": "",
         "results": ["null"] * 3,
         "name": "q3",
