@@ -17,14 +17,21 @@ from __future__ import annotations
 import json
 import math
 import time
-from typing import TYPE_CHECKING, Any
+import uuid
+from typing import Any, Protocol
 
 from django.utils import timezone
 
 from . import db
 
-if TYPE_CHECKING:
-    from .claims import ClaimedJob
+
+class ClaimedJob(Protocol):
+    """What this module reads and keeps on a ``claims.ClaimedJob`` (which imports it)."""
+
+    id: int
+    claim_token: uuid.UUID
+    pending_progress: dict[str, Any] | None
+    progress_written_at: float
 
 #: Seconds between two progress writes of one job, at most.
 PROGRESS_WRITE_SECONDS = 1.0

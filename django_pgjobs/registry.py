@@ -263,6 +263,14 @@ def _enqueue_many(
     return enqueue_many(definition, options, calls)
 
 
+#: The options of ``@job(...)``: a definition's fields but the function and a task's backend.
+JOB_OPTIONS = frozenset(
+    field.name
+    for field in dataclasses.fields(JobDefinition)
+    if field.name not in ("func", "task_backend")
+)
+
+
 @overload
 def job(func: Callable[P, R], /) -> JobDefinition[P, R]: ...
 @overload
@@ -283,22 +291,7 @@ def job(
     discard_on: type[BaseException] | tuple[type[BaseException], ...] = (),
     timeout: float | None = None,
 ) -> Callable[[Callable[P, R]], JobDefinition[P, R]]: ...
-def job(
-    func: Callable[..., Any] | None = None,
-    *,
-    name: str | None = None,
-    queue: str | None = None,
-    priority: int = 0,
-    max_attempts: int | None = None,
-    atomic: bool | None = None,
-    lease_seconds: float | None = None,
-    retry: RetryPolicy | None = None,
-    unique_key: Callable[..., str | None] | None = None,
-    keep_result: bool = False,
-    retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
-    discard_on: type[BaseException] | tuple[type[BaseException], ...] = (),
-    timeout: float | None = None,
-):
+def job(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     """Register a function as a job; usable bare (``@job``) or with options (``@job(...)``).
 
     Options: ``name`` (default ``module.qualname``), ``queue`` (default
@@ -313,28 +306,27 @@ def job(
     loop (``atomic=True`` is refused for them); generator functions are refused.
     """
 
+    unknown = sorted(set(options) - JOB_OPTIONS)
+    if unknown:
+        raise TypeError(f"@job() got unknown option(s) {', '.join(unknown)}")
+
     def register(f: Callable[..., Any]) -> JobDefinition[..., Any]:
         if isinstance(f, JobDefinition):
             raise TypeError("@job applied twice")
         if not callable(f):
             raise TypeError(f"@job needs a function, not {type(f).__name__}")
-        job_name = name or _module_level_name(f)
+        job_name = options.get("name") or _module_level_name(f)
         require_installed(f"@job {job_name}")
         check_runs_when_called(f, job_name)
         definition = JobDefinition(
             func=f,
-            name=job_name,
-            queue=queue,
-            priority=priority,
-            max_attempts=max_attempts,
-            atomic=atomic,
-            lease_seconds=lease_seconds,
-            retry=retry,
-            unique_key=unique_key,
-            keep_result=keep_result,
-            retry_on=check_exception_classes("retry_on", retry_on),
-            discard_on=check_exception_classes("discard_on", discard_on) or (),
-            timeout=timeout,
+            **{
+                **options,
+                "name": job_name,
+                "retry_on": check_exception_classes("retry_on", options.get("retry_on")),
+                "discard_on": check_exception_classes("discard_on", options.get("discard_on"))
+                or (),
+            },
         )
         _add(definition)
         return definition

@@ -8,6 +8,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -133,3 +134,28 @@ def wait_until_listening(timeout: float = 60) -> None:
             return cursor.fetchone()[0] > 0
 
     wait_until(listening, timeout=timeout)
+
+
+def enqueue_around_rollbacks(enqueue: Callable[[str], Any]) -> Any:
+    """``enqueue("rolled back")`` in a transaction that rolls back, then, in one that commits,
+    ``enqueue("savepoint rolled back")`` in a savepoint that rolls back and ``enqueue("kept")``;
+    returns what the kept call returned."""
+    from django.db import transaction
+
+    class RollBack(Exception):
+        pass
+
+    try:
+        with transaction.atomic():
+            enqueue("rolled back")
+            raise RollBack
+    except RollBack:
+        pass
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                enqueue("savepoint rolled back")
+                raise RollBack
+        except RollBack:
+            pass
+        return enqueue("kept")

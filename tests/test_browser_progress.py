@@ -7,8 +7,7 @@ from __future__ import annotations
 import signal
 
 import pytest
-from admin_data import PASSWORD
-from browser_support import log_in, sync_api
+from browser_support import open_as_operator, sync_api
 from django.db.models import F
 from helpers import wait_until
 
@@ -31,12 +30,9 @@ def test_a_running_jobs_progress_in_the_admin(
     queued = demo.stepwise.enqueue("gate", 4)
     worker = start_worker("--queue", "default")
     wait_until(lambda: reported(queued.pk, 0), timeout=60, interval=0.05)
-    django_user_model.objects.create_superuser("operator", "op@example.com", PASSWORD)
-    page = browser_page
-    expect = sync_api.expect
-
-    log_in(page, live_server.url, "/admin/django_pgjobs/job/")
-    page.click("#changelist-filter a:text-is('running')")
+    page, expect = browser_page, sync_api.expect
+    open_as_operator(page, live_server.url, django_user_model, "/admin/django_pgjobs/job/")
+    page.click("#changelist-filter a:text-is('running')")  # the running view
     row = page.locator("#result_list tr", has_text=f"#{queued.pk}")
     expect(row).to_contain_text("0 of 4 (0%)")
     expect(row).to_contain_text("waiting at step 1")
