@@ -8,11 +8,11 @@ class PgJobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # checks registers the system checks, immediate its receiver of job_enqueued
-        from . import checks, immediate, taskframework  # noqa: F401
+        from . import checks, immediate, taskframework  # noqa: F401  (checks registers the checks)
         from .registry import autodiscover
 
         autodiscover()
+        immediate.listen_if_enabled()
         if taskframework.AVAILABLE:
             from .backend import discover_task_modules
 

@@ -24,19 +24,39 @@ from __future__ import annotations
 
 import threading
 
+from django.core.signals import setting_changed
 from django.db import connections
 from django.dispatch import receiver
 
 from . import signals
-from .conf import get_config
+from .conf import ConfigError, get_config
 
 _noted = threading.local()  # .ids: {database alias: [job id, ...]} enqueued, not yet run
 
 
-@receiver(signals.job_enqueued, dispatch_uid="django_pgjobs.immediate")
+def listen_if_enabled() -> None:
+    """Receive ``job_enqueued`` only in immediate mode: a bulk enqueue sends the signal once per
+    job only when someone listens (``enqueueing.enqueue_many``)."""
+    try:
+        enabled = get_config().IMMEDIATE
+    except ConfigError:
+        enabled = False  # reported by pgjobs.E002
+    if enabled:
+        signals.job_enqueued.connect(run_when_committed, dispatch_uid=__name__)
+    else:
+        signals.job_enqueued.disconnect(dispatch_uid=__name__)
+
+
+@receiver(setting_changed)
+def _settings_changed(*, setting: str, **kwargs) -> None:
+    if setting == "PGJOBS":
+        get_config.cache_clear()  # whichever receiver runs first
+        listen_if_enabled()
+
+
 def run_when_committed(sender, job, created: bool, **kwargs) -> None:
-    """Run ``job`` when the transaction that enqueued it commits (immediate mode only)."""
-    if not created or not get_config().IMMEDIATE:
+    """Run ``job`` when the transaction that enqueued it commits."""
+    if not created:
         return
     alias = job._state.db
     noted = _noted.__dict__.setdefault("ids", {})

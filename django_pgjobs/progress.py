@@ -33,6 +33,7 @@ class ClaimedJob(Protocol):
     pending_progress: dict[str, Any] | None
     progress_written_at: float
 
+
 #: Seconds between two progress writes of one job, at most.
 PROGRESS_WRITE_SECONDS = 1.0
 #: Longest note kept, in characters.

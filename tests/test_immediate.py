@@ -10,6 +10,7 @@ from django.db import transaction
 from django.test import TestCase, override_settings
 from helpers import enqueue_around_rollbacks
 
+from django_pgjobs import signals
 from django_pgjobs.checks import check_immediate_mode
 from django_pgjobs.models import DeadLetter, Job
 from testproject.demo import jobs as demo
@@ -106,3 +107,15 @@ def test_the_system_check_refuses_immediate_mode_without_debug():
     assert errors(True, IMMEDIATE=True) == []
     assert errors(False, IMMEDIATE=True, IMMEDIATE_WITHOUT_DEBUG=True) == []
     assert errors(False) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_off_nothing_runs_and_nothing_listens_to_each_enqueue():
+    """Off (the default): a job waits for a worker, and no receiver makes a bulk enqueue send
+    the job_enqueued signal once per job."""
+    with override_settings(PGJOBS=NOT_IMMEDIATE):
+        demo.record.enqueue("waits")
+        assert labels() == [] and Job.objects.get().status == "ready"
+        assert not signals.job_enqueued.has_listeners(Job)
+    with override_settings(PGJOBS=IMMEDIATE):
+        assert signals.job_enqueued.has_listeners(Job)
