@@ -10,11 +10,11 @@ import signal
 from django.core.management.base import BaseCommand, CommandError
 
 from django_pgjobs.db import JobsTableMissing
+from django_pgjobs.reloading import ReloadingWorker
 from django_pgjobs.validation import check_count, check_positive_seconds, check_seconds
 from django_pgjobs.worker import Worker
 from django_pgjobs.worker.holding import MAX_HELD, TARGET_SECONDS
 from django_pgjobs.worker.options import STATS_INTERVAL_SECONDS
-from django_pgjobs.worker.reloading import ReloadingWorker
 
 # Typical Django jobs wait on the network or the database (mail, HTTP, queries), and threads
 # waiting on I/O release the GIL: 4 slots keep 2 cores busy while each worker stays at a few

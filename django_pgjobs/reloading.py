@@ -19,7 +19,7 @@ import threading
 
 from django.utils import autoreload
 
-from .loop import Worker
+from .worker import Worker
 
 logger = logging.getLogger("django_pgjobs.worker")
 
