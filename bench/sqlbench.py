@@ -88,6 +88,8 @@ def _claim_params(done: list[int], token, limit: int) -> dict:
         "worker": "bench",
         "all_queues": True,
         "any_name": True,
+        "any_id": True,
+        "only_ids": [],
         "skip_names": [],
         "queues": [],
         "lease_seconds": 60.0,

@@ -8,10 +8,11 @@ class PgJobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks, taskframework  # noqa: F401  (checks registers the system checks)
+        from . import checks, immediate, taskframework  # noqa: F401  (checks registers the checks)
         from .registry import autodiscover
 
         autodiscover()
+        immediate.listen_if_enabled()
         if taskframework.AVAILABLE:
             from .backend import discover_task_modules
 

@@ -16,9 +16,16 @@ time, before Django's app registry is ready.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast
 
 from .validation import check_delay, check_run_after
+
+if TYPE_CHECKING:  # for type checkers only: job modules load before the app registry
+    from .models import Job
+
+#: A job function's parameters and return type (``registry.JobDefinition``).
+P = ParamSpec("P")
+R = TypeVar("R")
 
 __all__ = ["CeleryCalls", "REFUSED_OPTIONS"]
 
@@ -116,14 +123,17 @@ def call_arguments(args: Any, kwargs: Any) -> tuple[tuple, dict]:
     return tuple(args), dict(kwargs)
 
 
-class CeleryCalls:
+class CeleryCalls(Generic[P, R]):
     """``delay()`` and ``apply_async()`` for a class with ``using(**options)`` and
-    ``enqueue(*args, **kwargs)`` (``registry.JobDefinition`` and ``JobWithOptions``)."""
+    ``enqueue(*args, **kwargs)`` (``registry.JobDefinition`` and ``JobWithOptions``), typed by
+    the job function's parameters ``P``."""
 
-    using: Callable[..., Any]
-    enqueue: Callable[..., Any]
+    if TYPE_CHECKING:
 
-    def delay(self, *args: Any, **kwargs: Any):
+        def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job: ...
+        def using(self, **options: Any) -> CeleryCalls[P, R]: ...
+
+    def delay(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Celery's spelling of ``enqueue(*args, **kwargs)``; returns the saved ``Job``."""
         return self.enqueue(*args, **kwargs)
 
@@ -137,7 +147,7 @@ class CeleryCalls:
         queue: str | None = None,
         priority: int | None = None,
         **celery_options: Any,
-    ):
+    ) -> Job:
         """Celery's spelling of ``using(...).enqueue(*args, **kwargs)``: ``countdown`` is
         ``delay`` (seconds), ``eta`` is ``run_after`` (an aware datetime), ``queue`` and
         ``priority`` (-100..100, higher first) are ours. Any other option raises ``TypeError``
@@ -150,4 +160,5 @@ class CeleryCalls:
         call_args, call_kwargs = call_arguments(args, kwargs)
         options = apply_async_options(countdown, eta, queue, priority)
         target = self.using(**options) if options else self
-        return target.enqueue(*call_args, **call_kwargs)
+        # Celery's args and kwargs are one list and one dict: not checked against P
+        return cast(Any, target).enqueue(*call_args, **call_kwargs)

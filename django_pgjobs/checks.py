@@ -5,6 +5,7 @@
 - ``pgjobs.E003``: ``PGJOBS["DATABASE"]`` names no database in ``settings.DATABASES``.
 - ``pgjobs.E004``: a job's ``lease_seconds`` is shorter than two heartbeats.
 - ``pgjobs.E005``: ``PGJOBS["OUTBOX_PUBLISHER"]`` names a publisher that cannot be built.
+- ``pgjobs.E006``: immediate mode is on with ``DEBUG`` off and no explicit opt-in.
 - ``pgjobs.W001``: atomic jobs run on a jobs database other than ``default``.
 - ``pgjobs.W002``: a schedule names a job that is not registered (a database check: run by
   ``migrate`` and ``check --database``).
@@ -199,3 +200,24 @@ def check_job_versions(app_configs=None, **kwargs):
                 )
             )
     return problems
+
+
+@register(Tags.compatibility)
+def check_immediate_mode(app_configs=None, **kwargs):
+    """Immediate mode runs every job in the process that enqueued it (a web request's): fine on
+    a developer's machine, an outage in production. ``DEBUG`` off looks like production."""
+    try:
+        config = get_config()
+    except ConfigError:
+        return []  # reported by pgjobs.E002
+    if not config.IMMEDIATE or settings.DEBUG or config.IMMEDIATE_WITHOUT_DEBUG:
+        return []
+    return [
+        Error(
+            "PGJOBS['IMMEDIATE'] is True with DEBUG off: every job would run inside the process "
+            "that enqueued it (a web request), not in a worker.",
+            hint="Turn IMMEDIATE off in production settings. For a test settings module, where "
+            "the test runner turns DEBUG off, also set PGJOBS['IMMEDIATE_WITHOUT_DEBUG'] = True.",
+            id="pgjobs.E006",
+        )
+    ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -52,6 +52,9 @@ class ClaimedJob:
     trace_context: Any = None
     #: The span of this attempt while it runs, when OpenTelemetry is installed (``tracing``).
     span: Any = None
+    #: What ``set_progress`` keeps between its writes (``progress.py``).
+    pending_progress: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    progress_written_at: float = field(default=float("-inf"), repr=False, compare=False)
 
     @property
     def is_last_attempt(self) -> bool:
@@ -61,6 +64,30 @@ class ClaimedJob:
         """Raise ``django_pgjobs.Aborted`` if an abort of this job was requested."""
         if self.abort_requested:
             raise Aborted(f"job #{self.id} stopped: its abort was requested")
+
+    def set_progress(self, done: float, total: float | None = None, note: str = "") -> None:
+        """Report ``done`` of ``total`` (numbers >= 0) and a ``note``, shown in the admin and
+        by ``get_result()``; written at most once a second, so call it as often as you like
+        (``progress.py``). In an ``async def`` job: ``await aset_progress(...)``."""
+        from . import progress
+
+        progress.report(self, done, total, note)
+
+    def set_metadata(self, **values: Any) -> None:
+        """Merge these JSON values into the job's metadata (written at once)."""
+        from . import progress
+
+        progress.set_metadata(self, values)
+
+    async def aset_progress(self, done: float, total: float | None = None, note: str = "") -> None:
+        from asgiref.sync import sync_to_async
+
+        await sync_to_async(self.set_progress)(done, total, note)
+
+    async def aset_metadata(self, **values: Any) -> None:
+        from asgiref.sync import sync_to_async
+
+        await sync_to_async(self.set_metadata)(**values)
 
 
 @dataclass(frozen=True)
@@ -112,7 +139,8 @@ class ClaimBuilder:
     whether the session may run prepared statements) is made into statement parameters once;
     each claim adds its plan, the names it skips and a fresh token.
 
-    ``queues``: None for every queue. ``prepared``: only on a session that keeps its settings
+    ``queues``: None for every queue. ``only_ids``: None for any job; else only these jobs are
+    claimed (an immediate-mode run: the jobs its caller enqueued). ``prepared``: only on a session that keeps its settings
     from one statement to the next (a worker that may LISTEN has one), see
     ``db.execute_prepared_replanned``.
     """
@@ -124,6 +152,7 @@ class ClaimBuilder:
         queues: Sequence[str] | None,
         lease_seconds: float,
         prepared: bool = False,
+        only_ids: Sequence[int] | None = None,
     ) -> None:
         self.lease_seconds = float(lease_seconds)
         self.prepared = prepared
@@ -132,6 +161,8 @@ class ClaimBuilder:
             "all_queues": queues is None,
             "queues": list(queues or []),
             "lease_seconds": self.lease_seconds,
+            "any_id": only_ids is None,
+            "only_ids": list(only_ids or []),
         }
 
     def claim(self, plan: ClaimPlan, skip_names: Sequence[str] | None = None) -> Claim:

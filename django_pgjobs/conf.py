@@ -152,6 +152,12 @@ class Config:
     OUTBOX_RETRY_CAP_SECONDS: float = setting(60.0, POSITIVE_SECONDS)
     #: Modules imported at start-up besides every installed app's ``jobs`` module.
     JOB_MODULES: tuple[str, ...] = ()
+    #: Immediate mode, for development and tests (immediate.py): a job enqueued in a transaction
+    #: runs in the enqueuing process when it commits (at once in autocommit), through the
+    #: worker's claim and completion. Refused by the system check pgjobs.E005 when DEBUG is off...
+    IMMEDIATE: bool = False
+    #: ...unless this says it is meant (a test settings module: the test runner turns DEBUG off).
+    IMMEDIATE_WITHOUT_DEBUG: bool = False
     #: Argument keys whose values are shown as ``'********'`` in the admin and logs.
     REDACT_KEYS: tuple[str, ...] = ()
     #: A secret that lets a scraper read ``pgjobs/metrics`` (and ``pgjobs/health``) with

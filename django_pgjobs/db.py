@@ -24,7 +24,7 @@ class JobsTableMissing(RuntimeError):
     """The django_pgjobs tables do not exist yet: ``manage.py migrate`` has not run."""
 
 
-JSON_COLUMNS = frozenset({"args", "kwargs", "errors", "queues", "result"})
+JSON_COLUMNS = frozenset({"args", "kwargs", "errors", "queues", "result", "progress", "metadata"})
 
 
 def jobs_connection(using: str | None = None) -> BaseDatabaseWrapper:

@@ -354,6 +354,8 @@ _NEW_ROW = {
     "result": None,
     "waiting_key": None,
     "kept_waiting_key": None,
+    "progress": None,
+    "metadata": None,
 }
 #: ... and those the statement's parameters give.
 _FROM_PARAMS = (

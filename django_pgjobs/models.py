@@ -4,6 +4,7 @@ migrations, the admin and users' own queries."""
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from django.db import models
 from django.db.models import F, Q
@@ -12,6 +13,9 @@ from django.utils import timezone
 from .limits import ERROR_TYPE_MAX, PRIORITY_MAX, PRIORITY_MIN, QUEUE_NAME_MAX, TASK_BACKEND_MAX
 from .outbox.models import OutboxDeadLetter, OutboxEvent, OutboxKey, ProcessedEvent  # noqa: F401
 from .states import Status, View
+
+if TYPE_CHECKING:
+    from .uniqueness import EnqueueOutcome
 
 
 def view_condition(view: str, now=None) -> Q:
@@ -131,6 +135,17 @@ class Job(RepairColumns):
     abort_requested_by = models.CharField(  # noqa: DJ001 (NULL: no abort requested)
         max_length=255, null=True, blank=True, help_text="Who or what requested the abort."
     )
+    progress = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="What the running job last reported: done, total, note, at "
+        "(current_job().set_progress).",
+    )
+    metadata = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="Free-form values the job set (current_job().set_metadata).",
+    )
     task_backend = models.CharField(
         max_length=TASK_BACKEND_MAX,
         blank=True,
@@ -147,7 +162,7 @@ class Job(RepairColumns):
 
     #: What the ``enqueue()`` that returned this instance did (``uniqueness.EnqueueOutcome``:
     #: created, replaced or skipped); None on instances read from the database.
-    enqueue_outcome = None
+    enqueue_outcome: EnqueueOutcome | None = None
 
     class Meta:
         db_table = "pgjobs_job"

@@ -17,13 +17,15 @@ import inspect
 import logging
 from collections.abc import Callable, Iterable
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 from django.utils.module_loading import autodiscover_modules
 
 from .backoff import RetryPolicy
+from .callables import AsyncJobsNotSupported as AsyncJobsNotSupported
+from .callables import check_ran, check_runs_when_called, is_async_callable
 from .calls import NO_OPTIONS, CallOptions
-from .celery_calls import CeleryCalls
+from .celery_calls import CeleryCalls, P, R
 from .conf import ConfigError, get_config
 from .cron import Cron
 from .installed import require_installed
@@ -39,9 +41,13 @@ from .validation import (
 )
 from .versions import check_options as check_versions
 
+if TYPE_CHECKING:  # job modules load before the app registry: no models imported at run time
+    from .models import Job
+    from .results import JobResult
+
 logger = logging.getLogger("django_pgjobs")
 
-_REGISTRY: dict[str, JobDefinition] = {}
+_REGISTRY: dict[str, JobDefinition[..., Any]] = {}
 
 
 class UnknownJobError(LookupError):
@@ -52,75 +58,18 @@ class JobAlreadyRegistered(ValueError):
     """Two different functions registered under one name."""
 
 
-class AsyncJobsNotSupported(TypeError):
-    """A generator or async generator function given to ``@job``, or a plain ``def`` job whose
-    call returned a coroutine, awaitable or generator instead of running its work."""
-
-
-def is_async_callable(func: Callable[..., Any]) -> bool:
-    """True for an ``async def`` function (also behind ``functools.partial``) or an object whose
-    ``__call__`` is one: the worker awaits those on its event loop."""
-    while isinstance(func, functools.partial):
-        func = func.func
-    if inspect.iscoroutinefunction(func):
-        return True
-    return not inspect.isroutine(func) and inspect.iscoroutinefunction(type(func).__call__)
-
-
-def check_runs_when_called(func: Callable[..., Any], name: str) -> None:
-    """Refuse functions whose call returns before their body ran (generators).
-
-    A worker calls a job and counts the return as done: a generator function would return an
-    unstarted generator, an async generator function an unstarted async generator, both without
-    running a line. ``async def`` functions are accepted: the worker awaits them.
-    """
-    candidates = [func]
-    if not inspect.isroutine(func) and not isinstance(func, functools.partial):
-        candidates.append(type(func).__call__)  # an instance whose __call__ is one
-    for candidate in candidates:
-        while isinstance(candidate, functools.partial):
-            candidate = candidate.func
-        if inspect.isasyncgenfunction(candidate):
-            raise AsyncJobsNotSupported(
-                f"{name} is an async generator function: calling it runs nothing until "
-                "iterated, so a worker would count it as done without running it. Make it an "
-                "async def that consumes the generator (async for ...)."
-            )
-        if inspect.isgeneratorfunction(candidate):
-            raise AsyncJobsNotSupported(
-                f"{name} is a generator function: calling it runs nothing until iterated, so a "
-                "worker would count it as done without running it. Make it a plain def (e.g. "
-                "consume the generator inside it)."
-            )
-
-
-def check_ran(result: Any, name: str) -> Any:
-    """Raise when a plain ``def`` job's call returned work still to be done instead of doing
-    it."""
-    if inspect.iscoroutine(result) or inspect.isgenerator(result):
-        result.close()  # nothing will run it: no "was never awaited" warning
-    elif inspect.isasyncgen(result):
-        pass  # aclose() is itself a coroutine; an unstarted async generator holds nothing
-    elif not inspect.isawaitable(result):
-        return result
-    kind = type(result).__name__
-    raise AsyncJobsNotSupported(
-        f"{name} returned a {kind} instead of running: it is a plain def, so the worker does "
-        "not await what it returns and its body did not run. Make it an async def (the worker "
-        "awaits it) or await the async code inside it."
-    )
-
-
 # -- definitions -------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
-class JobDefinition(CeleryCalls, HasUniqueRules):
+class JobDefinition(CeleryCalls[P, R], HasUniqueRules):
     """A registered job function and its defaults. Calling it calls the function directly;
     ``delay()`` and ``apply_async()`` are Celery's spellings of ``enqueue()`` and
-    ``using(...).enqueue()`` (``celery_calls``)."""
+    ``using(...).enqueue()`` (``celery_calls``). Generic in the function's parameters ``P`` and
+    return type ``R``: type checkers check ``enqueue()``'s arguments against the function's
+    and type ``get_result()``'s ``return_value`` (docs/howto/developing.md)."""
 
-    func: Callable[..., Any]
+    func: Callable[P, R]
     name: str
     queue: str | None = None
     priority: int = 0
@@ -179,7 +128,7 @@ class JobDefinition(CeleryCalls, HasUniqueRules):
             object.__setattr__(self, "cron", Cron.of(self.cron))
             self.check_arguments(list(self.cron.args), self.cron.kwargs)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
 
     def run(self, args: list, kwargs: dict) -> Any:
@@ -221,15 +170,26 @@ class JobDefinition(CeleryCalls, HasUniqueRules):
     def get_retry(self) -> RetryPolicy:
         return self.retry or RetryPolicy.from_settings()
 
-    def using(self, **options: Any) -> JobWithOptions:
+    def using(self, **options: Any) -> JobWithOptions[P, R]:
         """This job with per-call options (the ``django.tasks`` idiom): ``queue``, ``priority``,
         ``run_after``, ``delay``, ``unique_key``, ``max_attempts``, ``keep_result``,
         ``timeout``, ``unique_scope``, ``debounce``, ``throttle`` (see ``CallOptions``)."""
         return JobWithOptions(self, CallOptions(**options))
 
-    def enqueue(self, *args: Any, **kwargs: Any):
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Insert one job on the jobs database's connection; returns the saved ``Job``."""
         return _enqueue(self, NO_OPTIONS, args, kwargs)
+
+    def get_result(self, job_id: int, *, using: str | None = None) -> JobResult[R]:
+        """``django_pgjobs.get_result(job_id)``, its ``return_value`` typed as this job's
+        function returns (an ``async def`` job's: the coroutine's type, so ``Any`` is safer
+        there). ``ValueError`` when the job ``job_id`` is another job."""
+        from .results import get_result
+
+        result = get_result(job_id, using=using)
+        if result.name != self.name:
+            raise ValueError(f"job #{job_id} is a {result.name}, not a {self.name}")
+        return result
 
     def enqueue_many(self, calls: Iterable[Any]):
         """Insert one job per ``(args, kwargs)`` pair (or ``args`` tuple) in one statement."""
@@ -261,22 +221,22 @@ class JobDefinition(CeleryCalls, HasUniqueRules):
 
 
 @dataclasses.dataclass(frozen=True)
-class JobWithOptions(CeleryCalls):
+class JobWithOptions(CeleryCalls[P, R]):
     """What ``<job>.using(...)`` returns: the job with options for the calls made through it.
     Calling it calls the function directly; ``delay()`` and ``apply_async()`` enqueue with these
     options (``apply_async``'s own go on top)."""
 
-    definition: JobDefinition
+    definition: JobDefinition[P, R]
     options: CallOptions
 
     @property
     def name(self) -> str:
         return self.definition.name
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.definition.func(*args, **kwargs)
 
-    def using(self, **options: Any) -> JobWithOptions:
+    def using(self, **options: Any) -> JobWithOptions[P, R]:
         """These options with more on top (see ``CallOptions.then``)."""
         return JobWithOptions(self.definition, self.options.then(CallOptions(**options)))
 
@@ -286,7 +246,7 @@ class JobWithOptions(CeleryCalls):
             return self.options.timeout
         return self.definition.get_timeout()
 
-    def enqueue(self, *args: Any, **kwargs: Any):
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Insert one job with these options; returns the saved ``Job``."""
         return _enqueue(self.definition, self.options, args, kwargs)
 
@@ -299,22 +259,38 @@ class JobWithOptions(CeleryCalls):
 # enqueueing needs the models.
 
 
-def _enqueue(definition: JobDefinition, options: CallOptions, args: tuple, kwargs: dict):
+def _enqueue(
+    definition: JobDefinition[..., Any], options: CallOptions, args: tuple, kwargs: dict
+) -> Job:
     require_installed(f"enqueueing {definition.name}")
     from .enqueueing import enqueue_call
 
     return enqueue_call(definition, options, args, kwargs)
 
 
-def _enqueue_many(definition: JobDefinition, options: CallOptions, calls: Iterable[Any]):
+def _enqueue_many(
+    definition: JobDefinition[..., Any], options: CallOptions, calls: Iterable[Any]
+) -> list[Job]:
     require_installed(f"enqueueing {definition.name}")
     from .enqueueing import enqueue_many
 
     return enqueue_many(definition, options, calls)
 
 
+#: The options of ``@job(...)``: a definition's fields but the function and a task's backend.
+JOB_OPTIONS = frozenset(
+    field.name
+    for field in dataclasses.fields(JobDefinition)
+    if field.name not in ("func", "task_backend")
+)
+
+
+@overload
+def job(func: Callable[P, R], /) -> JobDefinition[P, R]: ...
+@overload
 def job(
-    func: Callable[..., Any] | None = None,
+    func: None = None,
+    /,
     *,
     name: str | None = None,
     queue: str | None = None,
@@ -334,7 +310,8 @@ def job(
     cron: str | Cron | None = None,
     version: int = 1,
     upgrade: dict | None = None,
-):
+) -> Callable[[Callable[P, R]], JobDefinition[P, R]]: ...
+def job(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     """Register a function as a job; usable bare (``@job``) or with options (``@job(...)``).
 
     Options: ``name`` (default ``module.qualname``), ``queue`` (default
@@ -350,17 +327,28 @@ def job(
     worker (no ``atomic=True``); generator functions are refused.
     """
 
-    options = {key: value for key, value in locals().items() if key not in ("func", "name")}
+    unknown = sorted(set(options) - JOB_OPTIONS)
+    if unknown:
+        raise TypeError(f"@job() got unknown option(s) {', '.join(unknown)}")
 
-    def register(f: Callable[..., Any]) -> JobDefinition:
+    def register(f: Callable[..., Any]) -> JobDefinition[..., Any]:
         if isinstance(f, JobDefinition):
             raise TypeError("@job applied twice")
         if not callable(f):
             raise TypeError(f"@job needs a function, not {type(f).__name__}")
-        job_name = name or _module_level_name(f)
+        job_name = options.get("name") or _module_level_name(f)
         require_installed(f"@job {job_name}")
         check_runs_when_called(f, job_name)
-        definition = JobDefinition(func=f, name=job_name, **options)  # each option of @job
+        definition = JobDefinition(
+            func=f,
+            **{
+                **options,
+                "name": job_name,
+                "retry_on": check_exception_classes("retry_on", options.get("retry_on")),
+                "discard_on": check_exception_classes("discard_on", options.get("discard_on"))
+                or (),
+            },
+        )
         _add(definition)
         return definition
 

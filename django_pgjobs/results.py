@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from asgiref.sync import sync_to_async
 
@@ -28,8 +28,12 @@ class JobResultDoesNotExist(LookupError):
     """No job with this id in ``pgjobs_job`` nor in ``pgjobs_deadletter``."""
 
 
+#: The job function's return type (``my_job.get_result()``); Any for ``get_result()``.
+T = TypeVar("T")
+
+
 @dataclass(frozen=True)
-class JobResult:
+class JobResult(Generic[T]):
     """A job as ``get_result`` found it. ``return_value`` is the kept result of a successful job
     that asked for it (``keep_result``), else None. ``errors`` holds one entry per failed
     attempt, oldest first (``type``, ``message``, ``traceback``, ``worker``, ``at``,
@@ -44,7 +48,7 @@ class JobResult:
     args: list
     kwargs: dict
     status: str
-    return_value: Any
+    return_value: T | None
     errors: list[dict[str, Any]]
     attempts: int
     max_attempts: int
@@ -57,13 +61,18 @@ class JobResult:
     task_backend: str = ""
     #: When its first attempt started (``started_at`` is the latest attempt's).
     first_started_at: datetime | None = None
+    #: What the job last reported (``current_job().set_progress``): ``done``, ``total``,
+    #: ``note``, ``at``; None if it reported nothing (or was dead-lettered).
+    progress: dict[str, Any] | None = None
+    #: What the job set with ``current_job().set_metadata``; None if nothing.
+    metadata: dict[str, Any] | None = None
 
     @property
     def is_finished(self) -> bool:
         return self.status in ("successful", "failed")
 
 
-def get_result(job_id: int, *, using: str | None = None) -> JobResult:
+def get_result(job_id: int, *, using: str | None = None) -> JobResult[Any]:
     """The job ``job_id`` (the id ``enqueue()`` returned) as it is now.
 
     Raises ``JobResultDoesNotExist`` when no job or dead letter has this id. ``using``: the
@@ -77,12 +86,12 @@ def get_result(job_id: int, *, using: str | None = None) -> JobResult:
     return _from_row(row)
 
 
-async def aget_result(job_id: int, *, using: str | None = None) -> JobResult:
+async def aget_result(job_id: int, *, using: str | None = None) -> JobResult[Any]:
     """``get_result`` for async code."""
     return await sync_to_async(get_result)(job_id, using=using)
 
 
-def _from_row(row: dict[str, Any]) -> JobResult:
+def _from_row(row: dict[str, Any]) -> JobResult[Any]:
     errors = row["errors"] if isinstance(row["errors"], list) else []
     worker_ids = [entry["worker"] for entry in errors if _worker_of(entry)]
     if row["status"] in ("running", "successful") and row["worker"]:
@@ -99,7 +108,7 @@ def _from_row(row: dict[str, Any]) -> JobResult:
         errors=errors,
         attempts=row["attempts"],
         max_attempts=row["max_attempts"],
-        enqueued_at=db.as_django_reads(row["created_at"]),
+        enqueued_at=db.as_django_reads(row["created_at"]),  # type: ignore[arg-type]  # never NULL
         run_after=db.as_django_reads(row["run_after"]),
         started_at=db.as_django_reads(row["started_at"]),
         finished_at=db.as_django_reads(row["finished_at"]),
@@ -107,6 +116,8 @@ def _from_row(row: dict[str, Any]) -> JobResult:
         keep_result=row["keep_result"],
         task_backend=row["task_backend"],
         first_started_at=db.as_django_reads(row["first_started_at"]),
+        progress=row["progress"],
+        metadata=row["metadata"],
     )
 
 

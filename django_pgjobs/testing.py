@@ -41,22 +41,9 @@ def run_jobs(
     a failing job runs through all its attempts to its dead letter; past ``max_rounds`` rounds
     (a job that schedules itself again and again) it raises ``RuntimeError`` naming the jobs
     still scheduled. Without it, failed jobs are retried later, as in production."""
-    inline = _connection().in_atomic_block
-    worker_options.setdefault("listen", False)
     total = Stats()
     for _ in range(max_rounds):
-        worker = Worker(
-            queues=queues,
-            concurrency=1 if inline else concurrency,
-            burst=True,
-            install_signal_handlers=False,
-            inline=inline,
-            **worker_options,
-        )
-        worker.run()
-        _add(total, worker.stats)
-        if inline:
-            worker.executors.raise_if_interrupted()
+        _add(total, run_burst(queues=queues, concurrency=concurrency, **worker_options))
         due = _make_scheduled_due(queues) if with_scheduled else []
         if not due:
             return total
@@ -69,6 +56,25 @@ def run_jobs(
 
 def _jobs():
     return Job.objects.using(get_config().DATABASE)
+
+
+def run_burst(*, concurrency: int = 1, **worker_options: Any) -> Stats:
+    """One burst worker: on the caller's thread and connection inside a transaction
+    (``worker/inline.py``), else with executor threads as in production; its counters.
+    ``only_ids=[...]`` claims those jobs and no other (immediate mode, ``immediate.py``)."""
+    inline = _connection().in_atomic_block
+    worker_options.setdefault("listen", False)
+    worker = Worker(
+        concurrency=1 if inline else concurrency,
+        burst=True,
+        install_signal_handlers=False,
+        inline=inline,
+        **worker_options,
+    )
+    worker.run()
+    if inline:  # Ctrl-C in a job: recorded as its failure, then raised here
+        worker.executors.raise_if_interrupted()
+    return worker.stats
 
 
 def _connection():

@@ -83,3 +83,9 @@ def log_in(page, base_url: str, path: str) -> None:
     # fold the admin's navigation sidebar away: more room for the tables (and the screenshots)
     page.evaluate("localStorage.setItem('django.admin.navSidebarIsOpen', 'false')")
     page.reload()
+
+
+def open_as_operator(page, base_url: str, user_model, path: str) -> None:
+    """Create the "operator" superuser and open ``path`` logged in as them."""
+    user_model.objects.create_superuser("operator", "op@example.com", PASSWORD)
+    log_in(page, base_url, path)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -212,3 +213,28 @@ def unregister(*definitions) -> None:
 
     for definition in definitions:
         registry._REGISTRY.pop(definition.name, None)
+
+
+def enqueue_around_rollbacks(enqueue: Callable[[str], Any]) -> Any:
+    """``enqueue("rolled back")`` in a transaction that rolls back, then, in one that commits,
+    ``enqueue("savepoint rolled back")`` in a savepoint that rolls back and ``enqueue("kept")``;
+    returns what the kept call returned."""
+    from django.db import transaction
+
+    class RollBack(Exception):
+        pass
+
+    try:
+        with transaction.atomic():
+            enqueue("rolled back")
+            raise RollBack
+    except RollBack:
+        pass
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                enqueue("savepoint rolled back")
+                raise RollBack
+        except RollBack:
+            pass
+        return enqueue("kept")

@@ -29,6 +29,7 @@ PAGES = [
     "docs/howto/tracing.md",
     "docs/howto/outbox.md",
     "docs/howto/repair.md",
+    "docs/howto/developing.md",
 ]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 NAMED = re.compile(r"#\s*((?:testproject|tests)/\S+\.py)\s*\n")

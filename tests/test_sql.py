@@ -102,6 +102,7 @@ def test_the_claim_builder_gives_the_claim_every_parameter_it_takes_and_no_other
         **{"worker": "w", "all_queues": False, "queues": ["a", "b"], "lease_seconds": 5.0},
         **{"limit": 6, "sync_room": 4, "sync_starts": 4, "async_room": 2, "async_starts": 0},
         **{"async_names": ["n"], "any_name": False, "skip_names": ["slow"]},
+        **{"any_id": True, "only_ids": []},
         "token": claim.token,
     }
     assert (claim.lease_seconds, claim.prepared) == (5.0, True)

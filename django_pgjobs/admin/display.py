@@ -223,3 +223,29 @@ def _parse(value: str) -> datetime | None:
         return timezone.localtime(aware(datetime.fromisoformat(value)))
     except (ValueError, OverflowError):
         return None
+
+
+def progress(report: Any) -> str:
+    """A running job's last progress report (``progress.py``): a bar and "3 of 10 (30%) · note ·
+    when"; "–" when it reported none. The row's JSON is shown defensively: any column value."""
+    if not isinstance(report, dict) or not _number(report.get("done")):
+        return "–"
+    done, total = report["done"], report.get("total")
+    note = report.get("note") if isinstance(report.get("note"), str) else ""
+    if _number(total) and total > 0:
+        share = min(max(done / total, 0.0), 1.0)
+        amount = f"{done:g} of {total:g} ({share:.0%})"
+        bar = format_html('<progress max="1" value="{}"></progress> ', f"{share:.3f}")
+    else:
+        amount, bar = f"{done:g} done", ""
+    return format_html(
+        '<span class="pgjobs-progress">{}{}</span><div class="pgjobs-small">{}{}</div>',
+        bar,
+        amount,
+        f"{note[:200]} · " if note else "",
+        when(report.get("at")),
+    )
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -34,6 +34,7 @@ LIST_FIELDS = (
     "lease_expires_at",
     "worker",
     "keep_result",
+    "progress",
 )
 LEASE_EXPIRED = "lease_expired"
 
@@ -134,7 +135,7 @@ class JobAdmin(JobRowAdmin):
     )
     actions = bulk_actions(JOB_ACTIONS)
     row_actions = JOB_ACTIONS
-    json_columns = ("args", "kwargs", "result")
+    json_columns = ("args", "kwargs", "result", "metadata")
     fieldsets = (
         (
             None,
@@ -157,6 +158,7 @@ class JobAdmin(JobRowAdmin):
             },
         ),
         ("Arguments", {"fields": ("arguments", "keyword_arguments")}),
+        ("Progress", {"fields": ("job_progress", "job_metadata")}),
         ("Result", {"fields": ("keep_result", "kept_result")}),
         ("Repairs", {"fields": ("repair_trail",)}),
     )
@@ -208,18 +210,30 @@ class JobAdmin(JobRowAdmin):
 
     @admin.display(description="state")
     def state(self, obj):
-        """The view's badge; for a running job, its worker and its lease under it."""
+        """The view's badge; for a running job, its worker and its lease under it, and its
+        progress when it reported some."""
         if obj.status != Status.RUNNING:
             return display.badge(obj.view)
         expired = obj.lease_expires_at and obj.lease_expires_at < timezone.now()
         return format_html(
-            '{}<div class="pgjobs-small">{}<br><span class="{}">lease {} {}</span></div>',
+            '{}<div class="pgjobs-small">{}<br><span class="{}">lease {} {}</span></div>{}',
             display.badge(obj.view),
             obj.worker,
             "pgjobs-expired" if expired else "pgjobs-quiet",
             "expired" if expired else "until",
             display.when(obj.lease_expires_at),
+            display.progress(obj.progress) if obj.progress else "",
         )
+
+    @admin.display(description="progress")
+    def job_progress(self, obj):
+        return display.progress(obj.progress)
+
+    @admin.display(description="metadata")
+    def job_metadata(self, obj):
+        if obj.metadata is None:
+            return "–"
+        return self.json_column(obj, "metadata")  # REDACT_KEYS, as for arguments
 
     @admin.display(description="queue")
     def queue_and_priority(self, obj):

@@ -215,7 +215,9 @@ WHERE unique_key = %(unique_key)s AND status IN ('ready', 'running');
 -- the rescue once gave back unstarted (`returned_unstarted`) comes with `start_recorded_first`:
 -- its executor records its start (mark_started) before running it, not after.
 -- `skip_names`: names of a kind whose slots are full. A claimed job no longer holds a key of the
--- unique scope 'waiting' (`waiting_key`). Why each part: docs/explanation/claim.md.
+-- unique scope 'waiting' (`waiting_key`). `only_ids` (unless `any_id`): the jobs an
+-- immediate-mode run claims, those its caller enqueued and no other (immediate.py). Why each
+-- part: docs/explanation/claim.md.
 WITH candidates AS (
     SELECT id, priority, run_after, name = ANY(%(async_names)s::text[]) AS is_async
     FROM pgjobs_job
@@ -223,6 +225,7 @@ WITH candidates AS (
       AND run_after <= now()
       AND (%(all_queues)s OR queue = ANY(%(queues)s::text[]))
       AND (%(any_name)s OR name <> ALL(%(skip_names)s::text[]))
+      AND (%(any_id)s OR id = ANY(%(only_ids)s::bigint[]))
       AND queue NOT IN (SELECT name FROM pgjobs_queue WHERE paused)
     ORDER BY priority DESC, run_after, id
     LIMIT %(limit)s::int
@@ -544,18 +547,29 @@ WHERE id IN (
 )
 RETURNING id;
 
+-- name: set_job_progress
+-- A running job's progress (replaced) and metadata (merged into what it set before), written by
+-- the job itself (progress.py). Fenced by the claim's token: a job whose claim was lost writes
+-- nothing. The primary key finds the row; nothing else is read.
+UPDATE pgjobs_job
+SET progress = COALESCE(%(progress)s::jsonb, progress),
+    metadata = CASE WHEN %(metadata)s::jsonb IS NULL THEN metadata
+                    ELSE COALESCE(metadata, '{}'::jsonb) || %(metadata)s::jsonb END
+WHERE id = %(id)s AND claim_token = %(token)s::uuid AND status = 'running'
+RETURNING id;
+
 -- name: find_job_result
 -- One job by id for get_result: its pgjobs_job row, or else its dead letter (status 'failed';
 -- the newest, should it have failed more than once under this id), through pgjobs_dl_job_idx.
 SELECT * FROM (
     (SELECT 0 AS source, id, name, queue, priority, args, kwargs, status, result, errors,
             attempts, max_attempts, created_at, run_after, started_at, first_started_at,
-            finished_at, worker, keep_result, task_backend
+            finished_at, worker, keep_result, task_backend, progress, metadata
      FROM pgjobs_job WHERE id = %(id)s)
     UNION ALL
     (SELECT 1, job_id, name, queue, priority, args, kwargs, 'failed', NULL, errors, attempts,
             max_attempts, created_at, NULL, started_at, first_started_at, failed_at, '',
-            keep_result, task_backend
+            keep_result, task_backend, NULL::jsonb, NULL::jsonb
      FROM pgjobs_deadletter WHERE job_id = %(id)s
      ORDER BY failed_at DESC, id DESC
      LIMIT 1)

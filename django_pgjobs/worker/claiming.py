@@ -71,6 +71,7 @@ class Claimer:
             queues=options.queues,
             lease_seconds=options.lease_seconds,
             prepared=options.listen,
+            only_ids=options.only_ids,
         )
         self.more_ready = True  # the last claim was full: more jobs may be ready
         self.finished_at_claim = 0  # jobs finished (stats.finished) when the last claim went

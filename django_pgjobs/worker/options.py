@@ -41,6 +41,7 @@ class WorkerOptions:
     install_signal_handlers: bool
     inline: bool  # on the caller's thread and connection (``inline.py``): run_jobs() in a test
     liveness_file: str | None  # None: none written
+    only_ids: tuple[int, ...] | None  # claim only these jobs (immediate mode); None: any
     # from the settings
     alias: str
     lease_seconds: float
@@ -74,6 +75,7 @@ class WorkerOptions:
         install_signal_handlers: bool = True,
         inline: bool = False,
         liveness_file: str | os.PathLike | None = None,
+        only_ids: Sequence[int] | None = None,
     ) -> WorkerOptions:
         """``ValueError`` naming the option for any value out of its range."""
         config = get_config()
@@ -99,29 +101,37 @@ class WorkerOptions:
             install_signal_handlers=bool(install_signal_handlers) and not inline,
             inline=bool(inline),
             liveness_file=None if liveness_file is None else _liveness_file(liveness_file),
-            alias=config.DATABASE,
-            lease_seconds=config.LEASE_SECONDS,
-            heartbeat_seconds=config.HEARTBEAT_SECONDS,
-            rescue_interval=config.RESCUE_INTERVAL_SECONDS,
-            keep_succeeded=config.KEEP_SUCCEEDED_SECONDS,
-            keep_results=config.KEEP_RESULTS_SECONDS,
-            dead_letter_retention=(
-                config.DEAD_LETTER_MAX_AGE_SECONDS,
-                config.DEAD_LETTER_MAX_PER_NAME,
-                config.DEAD_LETTER_PRUNE_BATCH,
-            ),
-            max_stuck=config.MAX_STUCK_THREADS,
-            max_result_bytes=config.MAX_PAYLOAD_BYTES,
-            unknown_job_grace=config.UNKNOWN_JOB_GRACE_SECONDS,
-            release=config.RELEASE,
-            misfire_grace=config.SCHEDULE_MISFIRE_GRACE_SECONDS,
-            outbox_publisher="" if inline else config.OUTBOX_PUBLISHER,
+            only_ids=None if only_ids is None else tuple(int(i) for i in only_ids),
+            **_from_settings(config, inline),
         )
 
     @property
     def forget_seconds(self) -> float:
         """A worker missing this many seconds of heartbeats (or one lease) is shown as gone."""
         return max(self.lease_seconds, 5 * self.heartbeat_seconds)
+
+
+def _from_settings(config, inline: bool) -> dict:
+    """The options the parts take from the settings (``PGJOBS``)."""
+    return dict(
+        alias=config.DATABASE,
+        lease_seconds=config.LEASE_SECONDS,
+        heartbeat_seconds=config.HEARTBEAT_SECONDS,
+        rescue_interval=config.RESCUE_INTERVAL_SECONDS,
+        keep_succeeded=config.KEEP_SUCCEEDED_SECONDS,
+        keep_results=config.KEEP_RESULTS_SECONDS,
+        dead_letter_retention=(
+            config.DEAD_LETTER_MAX_AGE_SECONDS,
+            config.DEAD_LETTER_MAX_PER_NAME,
+            config.DEAD_LETTER_PRUNE_BATCH,
+        ),
+        max_stuck=config.MAX_STUCK_THREADS,
+        max_result_bytes=config.MAX_PAYLOAD_BYTES,
+        unknown_job_grace=config.UNKNOWN_JOB_GRACE_SECONDS,
+        release=config.RELEASE,
+        misfire_grace=config.SCHEDULE_MISFIRE_GRACE_SECONDS,
+        outbox_publisher="" if inline else config.OUTBOX_PUBLISHER,  # the caller's thread only
+    )
 
 
 def _queues(queues: Sequence[str] | None) -> tuple[str, ...] | None:

@@ -357,3 +357,19 @@ def reschedule_forever(label: str) -> None:
     """Records, then enqueues itself again for a minute later, for ever."""
     _record(label)
     reschedule_forever.using(delay=60).enqueue(label)
+
+
+@job(queue="default", keep_result=True)
+def stepwise(gate: str, steps: int) -> int:
+    """Waits at each step for the counter ``gate`` to pass it (a test moves it on), reporting
+    its progress all the while."""
+    running = current_job()
+    assert running is not None
+    running.set_metadata(gate=gate)
+    for step in range(steps):
+        # reported at every turn of the wait, as often as it likes: written once a second
+        while not Counter.objects.filter(name=gate, value__gt=step).exists():
+            running.set_progress(step, steps, note=f"waiting at step {step + 1}")
+            time.sleep(0.02)
+    running.set_progress(steps, steps, note="all steps done")
+    return steps

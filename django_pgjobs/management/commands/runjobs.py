@@ -10,6 +10,7 @@ import signal
 from django.core.management.base import BaseCommand, CommandError
 
 from django_pgjobs.db import JobsTableMissing
+from django_pgjobs.reloading import ReloadingWorker
 from django_pgjobs.validation import check_count, check_positive_seconds, check_seconds
 from django_pgjobs.worker import Worker
 from django_pgjobs.worker.holding import MAX_HELD, TARGET_SECONDS
@@ -105,6 +106,12 @@ class Command(BaseCommand):
             action="store_true",
             help="Poll only, no LISTEN/NOTIFY (for PgBouncer in transaction mode).",
         )
+        parser.add_argument(
+            "--reload",
+            action="store_true",
+            help="Development: restart the worker when the project's code changes (Django's "
+            "autoreloader, as runserver), its held jobs handed back first.",
+        )
 
     def handle(self, *args, **options):
         _ensure_logging(options["verbosity"])
@@ -125,9 +132,14 @@ class Command(BaseCommand):
                 listen=False if options["no_listen"] else None,  # None: LISTEN_NOTIFY
                 stats_interval=options["stats_interval"],
                 liveness_file=options["liveness_file"],
+                # with --reload it runs off the main thread, where no handler can be installed
+                install_signal_handlers=not options["reload"],
             )
         except ValueError as error:
             raise CommandError(str(error)) from error
+        if options["reload"]:
+            ReloadingWorker(worker).run()
+            return
         try:
             code = worker.run()
         except JobsTableMissing as error:

@@ -1,0 +1,83 @@
+"""``runjobs --reload``: a real worker under Django's autoreloader. Editing a job module restarts
+it; the new code runs the jobs enqueued since, the old worker finishes its running job and hands
+back the jobs it held, and no job is lost or run twice."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import time
+import uuid
+
+import pytest
+from helpers import wait_until
+
+from django_pgjobs.models import DeadLetter, Job, Worker
+from testproject.demo import jobs as demo
+from testproject.demo.models import Execution
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+JOB_MODULE = """
+from django_pgjobs import job
+from testproject.demo.jobs import _record
+
+
+@job
+def probe(label: str) -> None:
+    _record(label + "-{version}")
+"""
+
+
+def labels() -> list[str]:
+    return sorted(Execution.objects.values_list("label", flat=True))
+
+
+def edit(path, version: str) -> None:
+    path.write_text(JOB_MODULE.format(version=version))
+    later = time.time() + 2  # a modification time the reloader cannot take for the old one
+    os.utime(path, (later, later))
+
+
+def test_editing_a_job_module_restarts_the_worker_and_loses_no_job(start_worker, tmp_path):
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    name = f"reloaded_{uuid.uuid4().hex}"
+    path = modules / f"{name}.py"
+    edit(path, "v1")
+    importlib.invalidate_caches()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(modules))
+        probe = importlib.import_module(name).probe
+    env = {
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(modules), os.environ.get("PYTHONPATH")])),
+        "PGJOBS_TEST_JOB_MODULES": name,
+    }
+    worker = start_worker("--reload", "--concurrency", "1", "--prefetch", "4", env=env)
+    probe.enqueue("first")
+    wait_until(lambda: labels() == ["first-v1"], timeout=60, interval=0.05)
+
+    # a job running and others held (claimed ahead of the one slot) when the code changes
+    demo.record.enqueue("running", sleep=1.5)
+    wait_until(lambda: Job.objects.filter(status="running").exists(), interval=0.02)
+    probe.enqueue_many([(f"held-{i}",) for i in range(4)])
+    wait_until(
+        lambda: Job.objects.filter(status="running", started_at__isnull=True).exists(),
+        timeout=10,
+        interval=0.02,
+    )
+    edit(path, "v2")
+
+    expected = sorted(["first-v1", "running"] + [f"held-{i}-v2" for i in range(4)])
+    wait_until(lambda: labels() == expected, timeout=60, interval=0.05)
+    assert not Job.objects.exists() and not DeadLetter.objects.exists()
+    output = worker.output()
+    assert "changed: stopping the worker before reloading" in output, output
+    assert "released=4" in output, output  # the old worker handed back what it held
+
+    # SIGTERM to the worker's process (the reloader's child) stops it and the reloader
+    (child,) = Worker.objects.exclude(pid=worker.pid).values_list("pid", flat=True)
+    os.kill(child, signal.SIGTERM)
+    assert worker.wait(timeout=30) == 0, worker.output()
+    assert not Worker.objects.exists()
