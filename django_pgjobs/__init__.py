@@ -30,6 +30,8 @@ __all__ = [
     "UnknownJobError",
     "EnqueueOutcome",
     "UniqueScope",
+    "chain",
+    "group",
     "__version__",
 ]
 
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
     from .results import JobResult, JobResultDoesNotExist, aget_result, get_result
     from .retries import Discard, Retry
     from .uniqueness import EnqueueOutcome, UniqueScope
+    from .workflows import chain, group
 
 
 def enqueue(job: JobDefinition | JobWithOptions | str, *args: Any, **kwargs: Any) -> Job:
@@ -83,6 +86,8 @@ _LAZY = {
     "aget_result": "results",
     "JobResult": "results",
     "JobResultDoesNotExist": "results",
+    "chain": "workflows",
+    "group": "workflows",
 }
 
 

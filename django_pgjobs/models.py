@@ -112,6 +112,21 @@ class Job(models.Model):
         "path); empty for jobs registered with @job.",
     )
 
+    workflow = models.ForeignKey(
+        "Workflow",
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,  # the hot path never pays for it; a workflow is never deleted alone
+        db_index=False,  # pgjobs_job_workflow_idx
+        related_name="jobs",
+        help_text="The workflow this job is a step of (chain, group).",
+    )
+    workflow_step = models.IntegerField(null=True, blank=True, help_text="Its step, from 0.")
+    workflow_member = models.IntegerField(
+        null=True, blank=True, help_text="Its place among the jobs of its step (a group), from 0."
+    )
+
     objects = JobQuerySet.as_manager()
 
     #: What the ``enqueue()`` that returned this instance did (``uniqueness.EnqueueOutcome``:
@@ -142,6 +157,13 @@ class Job(models.Model):
                 condition=Q(status="successful"),
             ),
             models.Index("queue", "status", name="pgjobs_job_queue_status_idx"),
+            # Steps of a workflow (release, cancel, the admin page). Jobs outside one add none.
+            models.Index(
+                "workflow",
+                "workflow_step",
+                name="pgjobs_job_workflow_idx",
+                condition=Q(workflow__isnull=False),
+            ),
             # The retrying view of the admin (list and per-queue counts). Only rows that failed
             # an attempt enter it, so enqueue and claim never touch it.
             models.Index(
@@ -174,7 +196,7 @@ class Job(models.Model):
                 name="pgjobs_job_attempts_range",
             ),
             models.CheckConstraint(
-                condition=Q(status__in=["ready", "running", "successful"]),
+                condition=Q(status__in=["ready", "running", "successful", "blocked", "cancelled"]),
                 name="pgjobs_job_status_valid",
             ),
             models.CheckConstraint(
@@ -235,6 +257,9 @@ class DeadLetter(models.Model):
         null=True, blank=True, help_text="Start of the job's first attempt."
     )
     failed_at = models.DateTimeField(default=timezone.now)
+    workflow_id = models.BigIntegerField(null=True, blank=True, help_text="Its workflow's id.")
+    workflow_step = models.IntegerField(null=True, blank=True)
+    workflow_member = models.IntegerField(null=True, blank=True)
 
     class Meta:
         db_table = "pgjobs_deadletter"
@@ -376,3 +401,6 @@ class Dashboard(Job):
         proxy = True
         verbose_name = verbose_name_plural = "dashboard"
         default_permissions = ()
+
+
+from .workflow_models import Workflow  # noqa: E402, F401 (a model of this app: registered with it)

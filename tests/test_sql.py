@@ -83,7 +83,10 @@ def test_every_statement_is_run_by_the_package_and_every_name_run_is_defined():
 def test_the_combined_statements_are_made_of_the_statements_they_combine():
     for combined, completion in COMBINED:
         text = sql.query(combined)
-        assert f"completed AS ({sql.query(completion)})" in text
+        # the completion with its workflow advance, then the claim instead of its final SELECT
+        completing = sql.query(completion).removesuffix("SELECT id FROM completed").rstrip()
+        assert completing.startswith("WITH completed AS (") and "released AS (" in completing
+        assert text.startswith(f"{completing},\nclaimed AS (")
         assert f"claimed AS ({sql.query('claim_jobs')})" in text
 
 

@@ -170,6 +170,56 @@ SELECT ARRAY(SELECT id FROM inserted) AS ids,
        now() AS created_at
 FROM (SELECT count(*) FROM woken) AS notified;
 
+-- name: enqueue_workflow
+-- Insert a workflow (django_pgjobs/workflows.py) and every job of every step in one statement:
+-- per-job values as parallel arrays (unnest, in step order), the first step's jobs 'ready', the
+-- later ones 'blocked' (outside the claim's index) until advance_workflows releases them. Workers
+-- of the first step's queues are woken when `notify`. Returns the workflow's id and its jobs'
+-- ids in input order.
+WITH workflow AS (
+    INSERT INTO pgjobs_workflow (name, state, step, remaining, sizes, reason, created_at)
+    VALUES (%(workflow_name)s::text, 'running', 0, %(first_size)s::int, %(sizes)s::jsonb, '',
+            now())
+    RETURNING id
+),
+inserted AS (
+    INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
+                            max_attempts, timeout, created_at, worker, errors, keep_result,
+                            task_backend, workflow_id, workflow_step, workflow_member)
+    SELECT n, q, p, a, k, CASE WHEN s = 0 THEN 'ready' ELSE 'blocked' END, COALESCE(r, now()), 0,
+           m, t, now(), '', '[]'::jsonb, kr, tb, workflow.id, s, mem
+    FROM workflow,
+         unnest(%(names)s::text[], %(queues)s::text[], %(priorities)s::smallint[],
+                %(args)s::jsonb[], %(kwargs)s::jsonb[], %(run_afters)s::timestamptz[],
+                %(max_attempts)s::int[], %(timeouts)s::float8[], %(keep_results)s::boolean[],
+                %(task_backends)s::text[], %(steps)s::int[], %(members)s::int[])
+             AS rows(n, q, p, a, k, r, m, t, kr, tb, s, mem)
+    RETURNING id, queue, status, run_after
+),
+woken AS (
+    SELECT pg_notify('pgjobs', queue)
+    FROM (SELECT DISTINCT queue FROM inserted WHERE status = 'ready' AND run_after <= now())
+         AS due
+    WHERE %(notify)s
+)
+SELECT (SELECT id FROM workflow) AS workflow_id, ARRAY(SELECT id FROM inserted) AS ids,
+       now() AS created_at
+FROM (SELECT count(*) FROM woken) AS notified;
+
+-- name: workflow_previous_results
+-- The kept results of the step before job `id`'s, in member order, and that step's size (NULL
+-- step: the job is not a later step of a workflow).
+SELECT prev.step, prev.size,
+       (SELECT jsonb_agg(p.result ORDER BY p.workflow_member) FROM pgjobs_job AS p
+        WHERE p.workflow_id = j.workflow_id AND p.workflow_step = prev.step) AS results
+FROM pgjobs_job AS j
+JOIN pgjobs_workflow AS w ON w.id = j.workflow_id
+CROSS JOIN LATERAL (
+    SELECT NULLIF(j.workflow_step, 0) - 1 AS step,
+           (w.sizes ->> (j.workflow_step - 1))::int AS size
+) AS prev
+WHERE j.id = %(id)s;
+
 -- name: notify_queue
 -- Wake the workers listening on a queue, after the enqueueing transaction committed, in a
 -- transaction of its own (autocommit). NOTIFY holds a cluster-wide lock until its commit is
@@ -259,49 +309,117 @@ RETURNING j.id;
 started_at = COALESCE(j.started_at, now()),
 first_started_at = COALESCE(j.first_started_at, j.started_at, now())
 
--- name: complete_jobs
--- Delete successful jobs, fenced: only rows still running under the claim token given.
+-- part: delete_completed
+-- Delete successful jobs, fenced: only rows still running under the claim token given. Returns
+-- their workflow and step (NULL for a job outside a workflow) for advance_workflows.
 DELETE FROM pgjobs_job AS j
 USING unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS done(id, token)
 WHERE j.id = done.id AND j.claim_token = done.token AND j.status = 'running'
-RETURNING j.id;
+RETURNING j.id, j.workflow_id, j.workflow_step
 
--- name: complete_jobs_retained
--- Mark successful jobs as 'successful' (retention on), fenced like complete_jobs.
+-- part: retain_completed
+-- Mark successful jobs as 'successful' (retention on), fenced like delete_completed.
 UPDATE pgjobs_job AS j
 SET status = 'successful', finished_at = now(), lease_expires_at = NULL, claim_token = NULL,
     {{count_unrecorded_start}}
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS done(id, token)
 WHERE j.id = done.id AND j.claim_token = done.token AND j.status = 'running'
-RETURNING j.id;
+RETURNING j.id, j.workflow_id, j.workflow_step
 
--- name: complete_jobs_with_results
+-- part: store_completed_results
 -- Mark successful jobs that keep their result as 'successful' with their return values (JSON
--- texts, parallel to the ids), fenced like complete_jobs. Only jobs with keep_result come here:
--- the others keep the complete_jobs path.
+-- texts, parallel to the ids), fenced like delete_completed. Only jobs with keep_result come
+-- here: the others keep the delete_completed path.
 UPDATE pgjobs_job AS j
 SET status = 'successful', finished_at = now(), lease_expires_at = NULL, claim_token = NULL,
     result = done.result, {{count_unrecorded_start}}
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(results)s::jsonb[]) AS done(id, token, result)
 WHERE j.id = done.id AND j.claim_token = done.token AND j.status = 'running'
-RETURNING j.id;
+RETURNING j.id, j.workflow_id, j.workflow_step
+
+-- part: advance_workflows
+-- CTEs after `completed` (the jobs this statement completed, fenced): each workflow among them
+-- counts its step's jobs done (`remaining`); the statement that brings it to zero moves the
+-- workflow to its next step and makes that step's jobs (written 'blocked') ready, waking the
+-- workers of their queues (one notification per queue and transaction). The workflow rows are
+-- locked in id order first, so two statements advancing the same workflows never deadlock; a
+-- statement that waited sees the other's count (UPDATE re-reads the row it waited for), so two
+-- members finishing at once release the next step exactly once. A job outside a workflow adds
+-- nothing to lock or update (empty `finished_steps`).
+finished_steps AS (
+    SELECT workflow_id, workflow_step, count(*)::int AS done
+    FROM completed
+    WHERE workflow_id IS NOT NULL
+    GROUP BY workflow_id, workflow_step
+),
+locked_workflows AS (
+    SELECT w.id FROM pgjobs_workflow AS w
+    WHERE w.id IN (SELECT workflow_id FROM finished_steps)
+    ORDER BY w.id
+    FOR UPDATE
+),
+advanced AS (
+    UPDATE pgjobs_workflow AS w
+    SET remaining = CASE WHEN w.remaining > f.done THEN w.remaining - f.done
+                         ELSE COALESCE((w.sizes ->> (w.step + 1))::int, 0) END,
+        step = CASE WHEN w.remaining > f.done THEN w.step ELSE w.step + 1 END,
+        state = CASE WHEN w.remaining <= f.done AND w.state = 'running'
+                          AND w.step + 1 >= jsonb_array_length(w.sizes)
+                     THEN 'succeeded' ELSE w.state END,
+        finished_at = CASE WHEN w.remaining <= f.done AND w.step + 1 >= jsonb_array_length(w.sizes)
+                           THEN now() ELSE w.finished_at END
+    FROM finished_steps AS f, locked_workflows AS l
+    WHERE w.id = f.workflow_id AND l.id = w.id AND w.step = f.workflow_step
+    RETURNING w.id, w.step, w.step = f.workflow_step + 1 AS moved
+),
+released AS (
+    UPDATE pgjobs_job AS j
+    SET status = 'ready', run_after = GREATEST(j.run_after, now())
+    FROM advanced AS a
+    WHERE a.moved AND j.workflow_id = a.id AND j.workflow_step = a.step AND j.status = 'blocked'
+    RETURNING pg_notify('pgjobs', j.queue)
+)
+
+-- name: complete_jobs
+-- Delete successful jobs, fenced (delete_completed), advancing their workflows.
+WITH completed AS ({{delete_completed}}),
+{{advance_workflows}}
+SELECT id FROM completed;
+
+-- name: complete_jobs_retained
+-- Mark successful jobs as 'successful' (retention on), advancing their workflows.
+WITH completed AS ({{retain_completed}}),
+{{advance_workflows}}
+SELECT id FROM completed;
+
+-- name: complete_jobs_with_results
+-- Mark successful jobs that keep their result as 'successful' with their return values,
+-- advancing their workflows.
+WITH completed AS ({{store_completed_results}}),
+{{advance_workflows}}
+SELECT id FROM completed;
 
 -- name: complete_and_claim_jobs
 -- Acknowledge finished jobs and claim new ones in one round trip (the worker's hot path).
 -- Why one statement: with short jobs the round trip, not the work, is the cost; folding the
 -- batch of acknowledgements into the next claim halves the statements per batch
--- (docs/explanation/acknowledgements.md). Made of complete_jobs and claim_jobs themselves.
-WITH completed AS ({{complete_jobs}}),
+-- (docs/explanation/acknowledgements.md). Made of the parts of complete_jobs and claim_jobs.
+-- Jobs a workflow releases here are not claimed by this statement (its snapshot saw them
+-- blocked): the next claim takes them.
+WITH completed AS ({{delete_completed}}),
+{{advance_workflows}},
 {{claimed_then_completed}};
 
 -- name: complete_retained_and_claim_jobs
--- complete_and_claim_jobs with retention on (complete_jobs_retained instead of complete_jobs).
-WITH completed AS ({{complete_jobs_retained}}),
+-- complete_and_claim_jobs with retention on (retain_completed instead of delete_completed).
+WITH completed AS ({{retain_completed}}),
+{{advance_workflows}},
 {{claimed_then_completed}};
 
 -- name: complete_with_results_and_claim_jobs
--- complete_and_claim_jobs for jobs that keep their result (complete_jobs_with_results).
-WITH completed AS ({{complete_jobs_with_results}}),
+-- complete_and_claim_jobs for jobs that keep their result (store_completed_results).
+WITH completed AS ({{store_completed_results}}),
+{{advance_workflows}},
 {{claimed_then_completed}};
 
 -- part: claimed_then_completed
@@ -338,7 +456,8 @@ WITH moved AS (
     WHERE id = %(id)s AND claim_token = %(token)s::uuid AND status = 'running'
     RETURNING *, %(reason)s::text AS reason, %(error_type)s::text AS error_type,
               %(error)s::jsonb AS error, started_at IS NULL AS unrecorded_start
-)
+),
+{{fail_workflows}}
 {{dead_letter_moved}};
 
 -- name: dead_letter_aborted
@@ -356,7 +475,8 @@ WITH moved AS (
               END || ': ' || %(summary)s::text AS reason,
               'Aborted'::text AS error_type, %(error)s::jsonb AS error,
               started_at IS NULL AS unrecorded_start
-)
+),
+{{fail_workflows}}
 {{dead_letter_moved}};
 
 -- part: dead_letter_moved
@@ -367,14 +487,37 @@ WITH moved AS (
 INSERT INTO pgjobs_deadletter (job_id, name, queue, priority, args, kwargs, attempts,
                                max_attempts, unique_key, timeout, reason, error_type, errors,
                                created_at, started_at, first_started_at, failed_at, keep_result,
-                               task_backend)
+                               task_backend, workflow_id, workflow_step, workflow_member)
 SELECT id, name, queue, priority, args, kwargs, attempts, max_attempts,
        unique_key, timeout, reason, error_type, errors || error, created_at,
        CASE WHEN unrecorded_start THEN now() ELSE started_at END,
        COALESCE(first_started_at, started_at, CASE WHEN unrecorded_start THEN now() END),
-       now(), keep_result, task_backend
+       now(), keep_result, task_backend, workflow_id, workflow_step, workflow_member
 FROM moved
 RETURNING id
+
+-- part: fail_workflows
+-- CTEs after `moved` (jobs leaving for the dead-letter table, with their `reason`): a workflow
+-- one of them belongs to fails with that reason, and its later steps (still 'blocked') are
+-- cancelled. The other jobs of the failed step (a group's members) run on and are counted;
+-- requeueing the dead letter (requeue_dead_letters) resumes the workflow.
+failed_workflows AS (
+    UPDATE pgjobs_workflow AS w
+    SET state = 'failed', finished_at = now(),
+        reason = 'step ' || m.workflow_step || ' (' || m.name || ' #' || m.id
+                 || ') was dead-lettered: ' || m.reason
+    FROM (SELECT DISTINCT ON (workflow_id) workflow_id, workflow_step, name, id, reason
+          FROM moved WHERE workflow_id IS NOT NULL ORDER BY workflow_id, id) AS m
+    WHERE w.id = m.workflow_id AND w.state = 'running'
+    RETURNING w.id
+),
+cancelled_steps AS (
+    UPDATE pgjobs_job AS j
+    SET status = 'cancelled'
+    FROM (SELECT DISTINCT workflow_id FROM moved WHERE workflow_id IS NOT NULL) AS m
+    WHERE j.workflow_id = m.workflow_id AND j.status = 'blocked'
+    RETURNING j.id
+)
 
 -- name: release_jobs
 -- Hand claimed-but-unstarted jobs back without spending their attempt (graceful shutdown):
@@ -454,6 +597,7 @@ moved AS (
               false AS unrecorded_start
 ),
 dead_lettered AS ({{dead_letter_moved}}),
+{{fail_workflows}},
 requeued AS (
     UPDATE pgjobs_job AS j
     SET status = 'ready', claim_token = NULL, lease_expires_at = NULL, worker = '',
@@ -591,11 +735,30 @@ moved AS (
 inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
                             max_attempts, unique_key, timeout, created_at, worker, errors,
-                            keep_result, task_backend)
+                            keep_result, task_backend, workflow_id, workflow_step,
+                            workflow_member)
     SELECT name, queue, priority, args, kwargs, 'ready', now(), 0, max_attempts, unique_key,
-           timeout, now(), '', errors, keep_result, task_backend
+           timeout, now(), '', errors, keep_result, task_backend, workflow_id, workflow_step,
+           workflow_member
     FROM moved
     RETURNING id, queue
+),
+resumed AS (
+    -- the workflows of requeued steps run again: what was cancelled waits again (the current
+    -- step's jobs ready, the later steps blocked until the count releases them)
+    UPDATE pgjobs_workflow AS w
+    SET state = 'running', reason = '', finished_at = NULL
+    FROM (SELECT DISTINCT workflow_id FROM moved WHERE workflow_id IS NOT NULL) AS m
+    WHERE w.id = m.workflow_id AND w.state IN ('failed', 'aborted')
+    RETURNING w.id, w.step
+),
+uncancelled AS (
+    UPDATE pgjobs_job AS j
+    SET status = CASE WHEN j.workflow_step = r.step THEN 'ready' ELSE 'blocked' END,
+        run_after = now()
+    FROM resumed AS r
+    WHERE j.workflow_id = r.id AND j.status = 'cancelled'
+    RETURNING pg_notify('pgjobs', j.queue)
 ),
 woken AS (
     SELECT pg_notify('pgjobs', queue) FROM (SELECT DISTINCT queue FROM inserted) AS queues
@@ -655,6 +818,27 @@ woken AS (
 )
 SELECT ARRAY(SELECT id FROM cancelled) AS cancelled, ARRAY(SELECT id FROM requested) AS requested,
        ARRAY(SELECT id FROM eligible) AS eligible, (SELECT count(*) FROM woken) AS notified;
+
+-- name: abort_workflow
+-- Abort a workflow: it is marked aborted (with who asked), its waiting jobs (ready or blocked)
+-- are cancelled, and the ids of its running jobs come back (operations.abort_jobs requests
+-- their abort). A job that finishes anyway is counted but releases nothing.
+WITH aborted AS (
+    UPDATE pgjobs_workflow
+    SET state = 'aborted', finished_at = now(),
+        reason = 'aborted at the request of ' || %(requested_by)s::text
+    WHERE id = %(id)s AND state IN ('running', 'failed')
+    RETURNING id
+),
+cancelled AS (
+    UPDATE pgjobs_job
+    SET status = 'cancelled'
+    WHERE workflow_id = %(id)s AND status IN ('ready', 'blocked')
+    RETURNING id
+)
+SELECT EXISTS (SELECT 1 FROM aborted) AS aborted, (SELECT count(*) FROM cancelled) AS cancelled,
+       ARRAY(SELECT id FROM pgjobs_job WHERE workflow_id = %(id)s AND status = 'running')
+           AS running;
 
 -- Statements of the admin dashboard and the per-minute queue statistics (pgjobs_stat).
 
