@@ -186,7 +186,7 @@ def previous_results(*, using: str | None = None) -> Any:
     rows = db.execute(db.jobs_connection(using), "workflow_previous_results", {"id": job.id})
     if not rows or rows[0]["step"] is None:
         raise LookupError(f"job #{job.id} is not a step after the first of a workflow")
-    results = rows[0]["results"] or []
+    results = rows[0]["result"] or []
     return results if rows[0]["size"] > 1 else (results[0] if results else None)
 
 

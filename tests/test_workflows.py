@@ -89,7 +89,17 @@ def test_a_group_of_50_runs_its_callback_once_after_all_with_workers_sigkilled(s
         wait_until(lambda done=done: Execution.objects.count() >= done + 8, timeout=60)
         victim.kill()
         start_worker(*WORKERS, env=FAST_LEASES)
-    wait_until(lambda: state_of(workflow) == "succeeded", timeout=90)
+    try:
+        wait_until(lambda: state_of(workflow) == "succeeded", timeout=90)
+    except AssertionError:
+        raise AssertionError(
+            (
+                Workflow.objects.filter(pk=workflow.pk).values().get(),
+                Tally(Job.objects.values_list("status", "workflow_step")),
+                list(DeadLetter.objects.values_list("reason", flat=True)),
+                workers[2].output()[-3000:],
+            )
+        ) from None
     tally = Tally(labels_in_order())
     zips = [label for label in tally if label.startswith("zip-")]
     # exactly once, with the 50 results of the group in order (sum of 10 * i)

@@ -207,11 +207,12 @@ SELECT (SELECT id FROM workflow) AS workflow_id, ARRAY(SELECT id FROM inserted) 
 FROM (SELECT count(*) FROM woken) AS notified;
 
 -- name: workflow_previous_results
--- The kept results of the step before job `id`'s, in member order, and that step's size (NULL
+-- The kept results of the step before job `id`'s, in member order (`result`, a JSON array),
+-- and that step's size (NULL
 -- step: the job is not a later step of a workflow).
 SELECT prev.step, prev.size,
        (SELECT jsonb_agg(p.result ORDER BY p.workflow_member) FROM pgjobs_job AS p
-        WHERE p.workflow_id = j.workflow_id AND p.workflow_step = prev.step) AS results
+        WHERE p.workflow_id = j.workflow_id AND p.workflow_step = prev.step) AS result
 FROM pgjobs_job AS j
 JOIN pgjobs_workflow AS w ON w.id = j.workflow_id
 CROSS JOIN LATERAL (
