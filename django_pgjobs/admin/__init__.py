@@ -6,16 +6,25 @@ through ``django_pgjobs.operations``; see ``admin.base`` for the permission mode
 
 from django.contrib import admin
 
-from ..models import Dashboard, DeadLetter, Job, QueueState, Worker
+from ..models import Dashboard, DeadLetter, Job, QueueState, Worker, Workflow
 from .dashboard import DashboardEntryAdmin
 from .dead_letters import DeadLetterAdmin
 from .jobs import JobAdmin
 from .queues import QueueStateAdmin, WorkerAdmin
+from .workflows import WorkflowAdmin
 
 admin.site.register(Job, JobAdmin)
 admin.site.register(DeadLetter, DeadLetterAdmin)
 admin.site.register(QueueState, QueueStateAdmin)
 admin.site.register(Worker, WorkerAdmin)
 admin.site.register(Dashboard, DashboardEntryAdmin)
+admin.site.register(Workflow, WorkflowAdmin)
 
-__all__ = ["DashboardEntryAdmin", "DeadLetterAdmin", "JobAdmin", "QueueStateAdmin", "WorkerAdmin"]
+__all__ = [
+    "DashboardEntryAdmin",
+    "DeadLetterAdmin",
+    "JobAdmin",
+    "QueueStateAdmin",
+    "WorkerAdmin",
+    "WorkflowAdmin",
+]

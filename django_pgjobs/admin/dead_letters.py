@@ -24,6 +24,7 @@ from .base import (
     plural,
     require_view,
 )
+from .workflows import workflow_link
 
 LIST_FIELDS = (
     "id",
@@ -95,7 +96,20 @@ class DeadLetterAdmin(JobRowAdmin):
     row_actions = DEAD_LETTER_ACTIONS
     dead_letters = True
     fieldsets = (
-        (None, {"fields": ("id", "job_id", "name", "queue", "priority", "unique_key")}),
+        (
+            None,
+            {
+                "fields": (
+                    "id",
+                    "job_id",
+                    "name",
+                    "queue",
+                    "priority",
+                    "unique_key",
+                    "workflow_page",
+                )
+            },
+        ),
         (
             "Failure",
             {"fields": ("reason", "error_type", "attempts_of_max", "created", "failed")},
@@ -104,6 +118,10 @@ class DeadLetterAdmin(JobRowAdmin):
     )
     readonly_fields = flatten_fieldsets(fieldsets)
     failed = display.time_field("failed_at", "failed at")
+
+    @admin.display(description="workflow")
+    def workflow_page(self, obj):
+        return workflow_link(obj)
 
     # -- list ---------------------------------------------------------------------------------
 
