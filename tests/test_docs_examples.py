@@ -25,6 +25,7 @@ PAGES = [
     "docs/howto/testing.md",
     "docs/howto/unique.md",
     "docs/howto/monitor.md",
+    "docs/howto/workflows.md",
 ]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 NAMED = re.compile(r"#\s*((?:testproject|tests)/\S+\.py)\s*\n")

@@ -54,9 +54,12 @@ def test_abort_needs_post_and_the_change_permission(workflow, client):
     operator = login(make_user("operator", perms=("view_workflow", "change_workflow")))
     assert operator.get(url).status_code == 405
     assert Workflow.objects.get().state == "running"
-    assert ">Abort workflow<" in operator.get(
-        reverse("admin:django_pgjobs_workflow_change", args=[workflow.pk])
-    ).content.decode()
+    assert (
+        ">Abort workflow<"
+        in operator.get(
+            reverse("admin:django_pgjobs_workflow_change", args=[workflow.pk])
+        ).content.decode()
+    )
     assert operator.post(url).status_code == 302
     stored = Workflow.objects.get()
     assert stored.state == "aborted" and "admin user operator" in stored.reason

@@ -23,7 +23,7 @@ def charge(order_id: int) -> None:
     _record(f"charge-{order_id}")
 
 
-@job(queue="workflows")
+@job(queue="workflows", max_attempts=1)
 def ship(order_id: int) -> None:
     # fails while the warehouse has no stock: the chain stops here, email never runs
     if not Counter.objects.filter(name="stock", value__gt=0).exists():
@@ -37,8 +37,8 @@ def email(order_id: int) -> None:
 
 
 @job(queue="workflows", keep_result=True)
-def resize(image_id: int, seconds: float = 0.0) -> int:
-    time.sleep(seconds)
+def resize(image_id: int) -> int:
+    time.sleep(0.2)  # the work
     _record(f"resize-{image_id}")
     return image_id * 10
 
