@@ -47,6 +47,9 @@ class ClaimedJob:
     #: records its start before running it (a job that killed its worker unrecorded once spends
     #: its attempts from then on), instead of the dispatcher recording it after.
     start_recorded_first: bool = False
+    #: The workflow this job is a step of (None: none); its acknowledgement then counts it
+    #: (``operations.complete``).
+    workflow_id: int | None = None
 
     @property
     def is_last_attempt(self) -> bool:

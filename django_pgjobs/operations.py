@@ -78,7 +78,13 @@ def complete(
     ``claim`` (``ClaimBuilder.claim``): the same statement also claims, one round trip for both
     (the worker's hot path); ``claimed`` holds the jobs it took. With no jobs, the claim alone,
     prepared when the claim says so.
+
+    Jobs of workflows (``workflow_id``) are completed by a statement of their own that also
+    counts them and releases their workflow's next step (``complete_workflow_jobs``); the others
+    take the statements of before, unchanged.
     """
+    if any(job.workflow_id is not None for job in jobs):
+        return _complete_with_workflow_steps(connection, jobs, results, claim)
     if not jobs:
         if claim is None:
             return Completed(set(), [])
@@ -103,6 +109,35 @@ def complete(
         else:
             claimed.append(_claimed(row, claim))
     return Completed(completed, claimed)
+
+
+def _complete_with_workflow_steps(
+    connection: Connection,
+    jobs: Sequence[ClaimedJob],
+    results: Sequence[str] | None,
+    claim: Claim | None,
+) -> Completed:
+    """``complete()`` of a batch holding jobs of workflows: those first, counted in their
+    statement, then the others (and the claim) as usual."""
+    steps = [i for i, job in enumerate(jobs) if job.workflow_id is not None]
+    others = [i for i, job in enumerate(jobs) if job.workflow_id is None]
+
+    def part(indexes: list[int]) -> tuple[list[ClaimedJob], list[str] | None]:
+        return [jobs[i] for i in indexes], None if results is None else [
+            results[i] for i in indexes
+        ]
+
+    step_jobs, step_results = part(steps)
+    if step_results is not None:
+        name = "complete_workflow_jobs_with_results"
+    elif get_config().KEEP_SUCCEEDED_SECONDS > 0:
+        name = "complete_workflow_jobs_retained"
+    else:
+        name = "complete_workflow_jobs"
+    done = set(db.ids_of(db.execute(connection, name, _done(step_jobs, step_results))))
+    other_jobs, other_results = part(others)
+    rest = complete(connection, other_jobs, results=other_results, claim=claim)
+    return Completed(done | rest.ids, rest.claimed)
 
 
 def _done(jobs: Sequence[ClaimedJob], results: Sequence[str] | None) -> dict[str, list[Any]]:

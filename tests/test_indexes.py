@@ -39,9 +39,8 @@ EXPECTED_USERS = {
     # the release of a workflow's next step and the cancel of its later ones, in the statements
     # that complete or dead-letter its jobs (empty for jobs outside a workflow)
     "pgjobs_job_workflow_idx": {
-        "complete_jobs",
-        "complete_and_claim_jobs",
-        "complete_with_results_and_claim_jobs",
+        "complete_workflow_jobs",
+        "complete_workflow_jobs_with_results",
         "dead_letter_job",
         "rescue_expired",
         "requeue_dead_letters",

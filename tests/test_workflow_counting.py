@@ -27,7 +27,7 @@ def claim_all() -> list[operations.ClaimedJob]:
 
 def ack(conn: psycopg.Connection, job: operations.ClaimedJob) -> list:
     params = {"ids": [job.id], "tokens": [job.claim_token]}
-    return conn.execute(query("complete_jobs"), params).fetchall()
+    return conn.execute(query("complete_workflow_jobs"), params).fetchall()
 
 
 def waiting_on_a_lock() -> bool:

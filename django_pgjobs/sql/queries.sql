@@ -290,7 +290,7 @@ RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs,
           extract(epoch FROM j.run_after)::float8 AS run_after,
           extract(epoch FROM j.created_at)::float8 AS created_at, j.keep_result,
           j.abort_requested_at IS NOT NULL AS abort_requested, NOT picked.starts AS held,
-          j.returned_unstarted AND NOT picked.starts AS start_recorded_first;
+          j.returned_unstarted AND NOT picked.starts AS start_recorded_first, j.workflow_id;
 
 -- name: mark_started
 -- Record the start of held jobs an executor took, `ago` seconds back (from then on the rescue
@@ -310,34 +310,6 @@ RETURNING j.id;
 started_at = COALESCE(j.started_at, now()),
 first_started_at = COALESCE(j.first_started_at, j.started_at, now())
 
--- part: delete_completed
--- Delete successful jobs, fenced: only rows still running under the claim token given. Returns
--- their workflow and step (NULL for a job outside a workflow) for advance_workflows.
-DELETE FROM pgjobs_job AS j
-USING unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS done(id, token)
-WHERE j.id = done.id AND j.claim_token = done.token AND j.status = 'running'
-RETURNING j.id, j.workflow_id, j.workflow_step
-
--- part: retain_completed
--- Mark successful jobs as 'successful' (retention on), fenced like delete_completed.
-UPDATE pgjobs_job AS j
-SET status = 'successful', finished_at = now(), lease_expires_at = NULL, claim_token = NULL,
-    {{count_unrecorded_start}}
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS done(id, token)
-WHERE j.id = done.id AND j.claim_token = done.token AND j.status = 'running'
-RETURNING j.id, j.workflow_id, j.workflow_step
-
--- part: store_completed_results
--- Mark successful jobs that keep their result as 'successful' with their return values (JSON
--- texts, parallel to the ids), fenced like delete_completed. Only jobs with keep_result come
--- here: the others keep the delete_completed path.
-UPDATE pgjobs_job AS j
-SET status = 'successful', finished_at = now(), lease_expires_at = NULL, claim_token = NULL,
-    result = done.result, {{count_unrecorded_start}}
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(results)s::jsonb[]) AS done(id, token, result)
-WHERE j.id = done.id AND j.claim_token = done.token AND j.status = 'running'
-RETURNING j.id, j.workflow_id, j.workflow_step
-
 -- part: advance_workflows
 -- CTEs after `completed` (the jobs this statement completed, fenced): each workflow among them
 -- counts its step's jobs done (`remaining`); the statement that brings it to zero moves the
@@ -346,7 +318,8 @@ RETURNING j.id, j.workflow_id, j.workflow_step
 -- locked in id order first, so two statements advancing the same workflows never deadlock; a
 -- statement that waited sees the other's count (UPDATE re-reads the row it waited for), so two
 -- members finishing at once release the next step exactly once. A job outside a workflow adds
--- nothing to lock or update (empty `finished_steps`).
+-- nothing to lock or update (empty `finished_steps`); the release runs only when a step moved
+-- (the EXISTS: a one-time filter, so its scan of pgjobs_job_workflow_idx is skipped otherwise).
 finished_steps AS (
     SELECT workflow_id, workflow_step, count(*)::int AS done
     FROM completed
@@ -378,50 +351,77 @@ released AS (
     SET status = 'ready', run_after = GREATEST(j.run_after, now())
     FROM advanced AS a
     WHERE a.moved AND j.workflow_id = a.id AND j.workflow_step = a.step AND j.status = 'blocked'
+      AND EXISTS (SELECT 1 FROM advanced WHERE moved)
     RETURNING pg_notify('pgjobs', j.queue)
 )
 
 -- name: complete_jobs
--- Delete successful jobs, fenced (delete_completed), advancing their workflows.
-WITH completed AS ({{delete_completed}}),
-{{advance_workflows}}
-SELECT id FROM completed;
+-- Delete successful jobs, fenced: only rows still running under the claim token given. (Their
+-- workflow and step come back for complete_workflow_jobs; NULL outside a workflow.)
+DELETE FROM pgjobs_job AS j
+USING unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS done(id, token)
+WHERE j.id = done.id AND j.claim_token = done.token AND j.status = 'running'
+RETURNING j.id, j.workflow_id, j.workflow_step;
 
 -- name: complete_jobs_retained
--- Mark successful jobs as 'successful' (retention on), advancing their workflows.
-WITH completed AS ({{retain_completed}}),
-{{advance_workflows}}
-SELECT id FROM completed;
+-- Mark successful jobs as 'successful' (retention on), fenced like complete_jobs.
+UPDATE pgjobs_job AS j
+SET status = 'successful', finished_at = now(), lease_expires_at = NULL, claim_token = NULL,
+    {{count_unrecorded_start}}
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS done(id, token)
+WHERE j.id = done.id AND j.claim_token = done.token AND j.status = 'running'
+RETURNING j.id, j.workflow_id, j.workflow_step;
 
 -- name: complete_jobs_with_results
--- Mark successful jobs that keep their result as 'successful' with their return values,
--- advancing their workflows.
-WITH completed AS ({{store_completed_results}}),
-{{advance_workflows}}
-SELECT id FROM completed;
+-- Mark successful jobs that keep their result as 'successful' with their return values (JSON
+-- texts, parallel to the ids), fenced like complete_jobs. Only jobs with keep_result come here:
+-- the others keep the complete_jobs path.
+UPDATE pgjobs_job AS j
+SET status = 'successful', finished_at = now(), lease_expires_at = NULL, claim_token = NULL,
+    result = done.result, {{count_unrecorded_start}}
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(results)s::jsonb[]) AS done(id, token, result)
+WHERE j.id = done.id AND j.claim_token = done.token AND j.status = 'running'
+RETURNING j.id, j.workflow_id, j.workflow_step;
 
 -- name: complete_and_claim_jobs
 -- Acknowledge finished jobs and claim new ones in one round trip (the worker's hot path).
 -- Why one statement: with short jobs the round trip, not the work, is the cost; folding the
 -- batch of acknowledgements into the next claim halves the statements per batch
--- (docs/explanation/acknowledgements.md). Made of the parts of complete_jobs and claim_jobs.
--- Jobs a workflow releases here are not claimed by this statement (its snapshot saw them
--- blocked): the next claim takes them.
-WITH completed AS ({{delete_completed}}),
-{{advance_workflows}},
+-- (docs/explanation/acknowledgements.md). Made of complete_jobs and claim_jobs themselves.
+-- Jobs of workflows never come here (complete_workflow_jobs counts them).
+WITH completed AS ({{complete_jobs}}),
 {{claimed_then_completed}};
 
 -- name: complete_retained_and_claim_jobs
--- complete_and_claim_jobs with retention on (retain_completed instead of delete_completed).
-WITH completed AS ({{retain_completed}}),
-{{advance_workflows}},
+-- complete_and_claim_jobs with retention on (complete_jobs_retained instead of complete_jobs).
+WITH completed AS ({{complete_jobs_retained}}),
 {{claimed_then_completed}};
 
 -- name: complete_with_results_and_claim_jobs
--- complete_and_claim_jobs for jobs that keep their result (store_completed_results).
-WITH completed AS ({{store_completed_results}}),
-{{advance_workflows}},
+-- complete_and_claim_jobs for jobs that keep their result (complete_jobs_with_results).
+WITH completed AS ({{complete_jobs_with_results}}),
 {{claimed_then_completed}};
+
+-- name: complete_workflow_jobs
+-- Complete jobs of workflows (complete_jobs) and count them (advance_workflows), in one
+-- statement: the release of a workflow's next step commits with the acknowledgement of the job
+-- that completes the step before. operations.complete sends the jobs of workflows here (the
+-- claim tells it which: `workflow_id`), the others keep the statements above, unchanged.
+WITH completed AS ({{complete_jobs}}),
+{{advance_workflows}}
+SELECT id FROM completed;
+
+-- name: complete_workflow_jobs_retained
+-- complete_workflow_jobs with retention on.
+WITH completed AS ({{complete_jobs_retained}}),
+{{advance_workflows}}
+SELECT id FROM completed;
+
+-- name: complete_workflow_jobs_with_results
+-- complete_workflow_jobs for jobs that keep their result.
+WITH completed AS ({{complete_jobs_with_results}}),
+{{advance_workflows}}
+SELECT id FROM completed;
 
 -- part: claimed_then_completed
 -- The end of the acknowledge-and-claim statements, after their `completed` CTE. Both CTEs see
