@@ -77,11 +77,8 @@ def complete(
 
     ``claim`` (``ClaimBuilder.claim``): the same statement also claims, one round trip for both
     (the worker's hot path); ``claimed`` holds the jobs it took. With no jobs, the claim alone,
-    prepared when the claim says so.
-
-    Jobs of workflows (``workflow_id``) are completed by a statement of their own that also
-    counts them and releases their workflow's next step (``complete_workflow_jobs``); the others
-    take the statements of before, unchanged.
+    prepared when the claim says so. Jobs of workflows (``workflow_id``) go to a statement
+    that also counts them (``complete_workflow_jobs``); the others' statements are unchanged.
     """
     if any(job.workflow_id is not None for job in jobs):
         return _complete_with_workflow_steps(connection, jobs, results, claim)
@@ -128,12 +125,9 @@ def _complete_with_workflow_steps(
         ]
 
     step_jobs, step_results = part(steps)
-    if step_results is not None:
-        name = "complete_workflow_jobs_with_results"
-    elif get_config().KEEP_SUCCEEDED_SECONDS > 0:
-        name = "complete_workflow_jobs_retained"
-    else:
-        name = "complete_workflow_jobs"
+    retained = get_config().KEEP_SUCCEEDED_SECONDS > 0
+    name = "complete_workflow_jobs_retained" if retained else "complete_workflow_jobs"
+    name = "complete_workflow_jobs_with_results" if step_results is not None else name
     done = set(db.ids_of(db.execute(connection, name, _done(step_jobs, step_results))))
     other_jobs, other_results = part(others)
     rest = complete(connection, other_jobs, results=other_results, claim=claim)
