@@ -89,3 +89,15 @@ def test_a_dead_lettered_step_fails_the_workflow_and_cancels_the_later_steps():
     (emailing,) = claim_all()
     operations.complete(connection, [emailing])
     assert Workflow.objects.get(pk=workflow.pk).state == "succeeded"
+
+
+def test_with_retention_on_the_kept_jobs_are_counted_too(settings):
+    settings.PGJOBS = {**settings.PGJOBS, "KEEP_SUCCEEDED_SECONDS": 60}
+    workflow = chain(wf.charge.s(1), wf.resize.s(2), wf.email.s(1)).enqueue()
+    (charged,) = claim_all()
+    assert operations.complete(connection, [charged]).ids == {charged.id}
+    (resizing,) = claim_all()
+    assert operations.complete(connection, [resizing], results=["20"]).ids == {resizing.id}
+    statuses = list(Job.objects.order_by("id").values_list("status", "result"))
+    assert statuses == [("successful", None), ("successful", 20), ("ready", None)]
+    assert Workflow.objects.get(pk=workflow.pk).step == 2
