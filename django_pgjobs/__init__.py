@@ -34,6 +34,8 @@ __all__ = [
     "EnqueueOutcome",
     "UniqueScope",
     "publish",
+    "chain",
+    "group",
     "__version__",
 ]
 
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
     from .results import JobResult, JobResultDoesNotExist, aget_result, get_result
     from .retries import Discard, Retry
     from .uniqueness import EnqueueOutcome, UniqueScope
+    from .workflows import chain, group
 
 
 def enqueue(job: JobDefinition | JobWithOptions | str, *args: Any, **kwargs: Any) -> Job:
@@ -90,6 +93,8 @@ _LAZY = {
     "aget_result": "results",
     "JobResult": "results",
     "JobResultDoesNotExist": "results",
+    "chain": "workflows",
+    "group": "workflows",
 }
 
 

@@ -60,6 +60,8 @@ _STATUSES = {
     "running": tf.TaskResultStatus.RUNNING,
     "successful": tf.TaskResultStatus.SUCCESSFUL,
     "failed": tf.TaskResultStatus.FAILED,
+    "blocked": tf.TaskResultStatus.READY,  # a workflow step waiting for the one before
+    "cancelled": tf.TaskResultStatus.FAILED,
 }
 
 

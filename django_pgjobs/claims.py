@@ -55,6 +55,9 @@ class ClaimedJob:
     #: What ``set_progress`` keeps between its writes (``progress.py``).
     pending_progress: dict[str, Any] | None = field(default=None, repr=False, compare=False)
     progress_written_at: float = field(default=float("-inf"), repr=False, compare=False)
+    #: The workflow this job is a step of (None: none); its acknowledgement then counts it
+    #: (``operations.complete``).
+    workflow_id: int | None = None
 
     @property
     def is_last_attempt(self) -> bool:

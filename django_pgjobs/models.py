@@ -3,7 +3,6 @@ migrations, the admin and users' own queries."""
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 from django.db import models
@@ -158,6 +157,21 @@ class Job(RepairColumns):
         null=True, blank=True, help_text="The enqueue's trace context (OpenTelemetry: tracing.py)."
     )
 
+    workflow = models.ForeignKey(
+        "Workflow",
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,  # the hot path never pays for it; a workflow is never deleted alone
+        db_index=False,  # pgjobs_job_workflow_idx
+        related_name="jobs",
+        help_text="The workflow this job is a step of (chain, group).",
+    )
+    workflow_step = models.IntegerField(null=True, blank=True, help_text="Its step, from 0.")
+    workflow_member = models.IntegerField(
+        null=True, blank=True, help_text="Its place among the jobs of its step (a group), from 0."
+    )
+
     objects = JobQuerySet.as_manager()
 
     #: What the ``enqueue()`` that returned this instance did (``uniqueness.EnqueueOutcome``:
@@ -188,6 +202,13 @@ class Job(RepairColumns):
                 condition=Q(status="successful"),
             ),
             models.Index("queue", "status", name="pgjobs_job_queue_status_idx"),
+            # Steps of a workflow (release, cancel, the admin page). Jobs outside one add none.
+            models.Index(
+                "workflow",
+                "workflow_step",
+                name="pgjobs_job_workflow_idx",
+                condition=Q(workflow__isnull=False),
+            ),
             # The retrying view of the admin (list and per-queue counts). Only rows that failed
             # an attempt enter it, so enqueue and claim never touch it.
             models.Index(
@@ -220,7 +241,7 @@ class Job(RepairColumns):
                 name="pgjobs_job_attempts_range",
             ),
             models.CheckConstraint(
-                condition=Q(status__in=["ready", "running", "successful"]),
+                condition=Q(status__in=["ready", "running", "successful", "blocked", "cancelled"]),
                 name="pgjobs_job_status_valid",
             ),
             models.CheckConstraint(
@@ -283,6 +304,9 @@ class DeadLetter(RepairColumns):
         null=True, blank=True, help_text="Start of the job's first attempt."
     )
     failed_at = models.DateTimeField(default=timezone.now)
+    workflow_id = models.BigIntegerField(null=True, blank=True, help_text="Its workflow's id.")
+    workflow_step = models.IntegerField(null=True, blank=True)
+    workflow_member = models.IntegerField(null=True, blank=True)
 
     class Meta:
         db_table = "pgjobs_deadletter"
@@ -356,70 +380,6 @@ class QueueState(models.Model):
         return self.name
 
 
-class IntegerArrayField(models.Field):
-    """A PostgreSQL ``integer[]`` column, as a list of ints.
-
-    ``django.contrib.postgres``'s ArrayField would oblige every project to add that app to
-    INSTALLED_APPS (Django 6 refuses to start without it: check ``postgres.E005``) for one column
-    that only the statistics statements write.
-    """
-
-    description = "List of integers (PostgreSQL integer[])"
-
-    def db_type(self, connection):
-        return "integer[]"
-
-    def get_db_prep_value(self, value, connection, prepared=False):
-        return None if value is None else [int(item) for item in value]
-
-    def to_python(self, value):
-        if isinstance(value, str):
-            return [int(item) for item in json.loads(value)]
-        return value
-
-    def value_to_string(self, obj):
-        return json.dumps(self.value_from_object(obj))
-
-
-class QueueStat(models.Model):
-    """What the workers of one queue did in one minute, for the admin dashboard.
-
-    Finished jobs are deleted, so throughput, failure rate and wait percentiles need this
-    aggregate. Workers count in memory and add their counts with one upsert every few seconds
-    (``metrics.QueueMetrics``); rows older than ``metrics.KEEP_SECONDS`` are pruned.
-    """
-
-    id = models.BigAutoField(primary_key=True)
-    queue = models.CharField(max_length=QUEUE_NAME_MAX)
-    minute = models.DateTimeField(help_text="Start of the minute (database clock).")
-    succeeded = models.IntegerField(default=0)
-    retried = models.IntegerField(default=0, help_text="Failed attempts that will be retried.")
-    dead_lettered = models.IntegerField(
-        default=0, help_text="Jobs moved to the dead letters by a worker."
-    )
-    pruned = models.IntegerField(
-        default=0,
-        db_default=0,  # the workers' counts upsert does not name it
-        help_text="Dead letters of this queue pruned by retention (DEAD_LETTER_MAX_* settings).",
-    )
-    wait_buckets = IntegerArrayField(
-        default=list,
-        help_text="Claims per wait-time bucket (``metrics.WAIT_BUCKET_BOUNDS``); wait is the "
-        "time from due (run_after) to claim.",
-    )
-
-    class Meta:
-        db_table = "pgjobs_stat"
-        ordering = ["-minute", "queue"]
-        constraints = [
-            models.UniqueConstraint("queue", "minute", name="pgjobs_stat_queue_minute"),
-        ]
-        indexes = [models.Index("minute", name="pgjobs_stat_minute_idx")]
-
-    def __str__(self) -> str:
-        return f"{self.queue} @ {self.minute:%Y-%m-%d %H:%M}"
-
-
 class Dashboard(Job):
     """No rows of its own: the admin's "Dashboard" entry, so that the admin index, the app's
     page and the navigation sidebar link to the dashboard. Seeing it takes the permission to
@@ -431,5 +391,8 @@ class Dashboard(Job):
         default_permissions = ()
 
 
-# The recurring jobs' tables (their own module, imported here so Django finds them).
+# Tables in modules of their own, imported here so Django finds them (and migrations find
+# ``models.IntegerArrayField``).
 from .schedule_models import Schedule, ScheduleFire  # noqa: E402, F401
+from .stat_models import IntegerArrayField, QueueStat  # noqa: E402, F401
+from .workflow_models import Workflow  # noqa: E402, F401 (a model of this app: registered with it)

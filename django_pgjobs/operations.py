@@ -79,8 +79,11 @@ def complete(
 
     ``claim`` (``ClaimBuilder.claim``): the same statement also claims, one round trip for both
     (the worker's hot path); ``claimed`` holds the jobs it took. With no jobs, the claim alone,
-    prepared when the claim says so.
+    prepared when the claim says so. Jobs of workflows (``workflow_id``) go to a statement
+    that also counts them (``complete_workflow_jobs``); the others' statements are unchanged.
     """
+    if any(job.workflow_id is not None for job in jobs):
+        return _complete_with_workflow_steps(connection, jobs, results, claim)
     if not jobs:
         if claim is None:
             return Completed(set(), [])
@@ -105,6 +108,32 @@ def complete(
         else:
             claimed.append(_claimed(row, claim))
     return Completed(completed, claimed)
+
+
+def _complete_with_workflow_steps(
+    connection: Connection,
+    jobs: Sequence[ClaimedJob],
+    results: Sequence[str] | None,
+    claim: Claim | None,
+) -> Completed:
+    """``complete()`` of a batch holding jobs of workflows: those first, counted in their
+    statement, then the others (and the claim) as usual."""
+    steps = [i for i, job in enumerate(jobs) if job.workflow_id is not None]
+    others = [i for i, job in enumerate(jobs) if job.workflow_id is None]
+
+    def part(indexes: list[int]) -> tuple[list[ClaimedJob], list[str] | None]:
+        return [jobs[i] for i in indexes], None if results is None else [
+            results[i] for i in indexes
+        ]
+
+    step_jobs, step_results = part(steps)
+    retained = get_config().KEEP_SUCCEEDED_SECONDS > 0
+    name = "complete_workflow_jobs_retained" if retained else "complete_workflow_jobs"
+    name = "complete_workflow_jobs_with_results" if step_results is not None else name
+    done = set(db.ids_of(db.execute(connection, name, _done(step_jobs, step_results))))
+    other_jobs, other_results = part(others)
+    rest = complete(connection, other_jobs, results=other_results, claim=claim)
+    return Completed(done | rest.ids, rest.claimed)
 
 
 def _done(jobs: Sequence[ClaimedJob], results: Sequence[str] | None) -> dict[str, list[Any]]:
@@ -271,53 +300,6 @@ def set_queue_paused(connection: Connection, queue: str, paused: bool) -> None:
     db.execute(connection, "set_queue_paused", {"name": check_queue(queue), "paused": paused})
 
 
-def register_worker(
-    connection: Connection,
-    *,
-    worker_id: str,
-    hostname: str,
-    pid: int,
-    queues: Sequence[str] | None,
-    concurrency: int,
-) -> None:
-    db.execute(
-        connection,
-        "register_worker",
-        {
-            "id": worker_id,
-            "hostname": hostname,
-            "pid": pid,
-            "queues": json.dumps(list(queues or [])),
-            "concurrency": concurrency,
-        },
-    )
-
-
-def touch_worker(connection: Connection, worker_id: str, forget_seconds: float) -> int:
-    """Mark the worker alive; forget the workers silent for ``forget_seconds`` (how many)."""
-    params = {"id": worker_id, "forget_seconds": forget_seconds}
-    return len(db.execute(connection, "touch_worker", params))
-
-
-def unregister_worker(connection: Connection, worker_id: str) -> None:
-    db.execute(connection, "unregister_worker", {"id": worker_id})
-
-
-def cancel_backends(connection: Connection, pids: Sequence[int]) -> int:
-    """Cancel the statements running on the server processes ``pids`` (a timed-out job's
-    executor connections); how many were signalled."""
-    if not pids:
-        return 0
-    return db.execute(connection, "cancel_backends", {"pids": list(pids)})[0]["cancelled"]
-
-
-def terminate_backends(connection: Connection, pids: Sequence[int]) -> int:
-    """End the server processes ``pids`` (a stopping worker's abandoned jobs); how many ended."""
-    if not pids:
-        return 0
-    return db.execute(connection, "terminate_backends", {"pids": list(pids)})[0]["ended"]
-
-
 # -- operator actions (admin) -------------------------------------------------------------------
 
 
@@ -444,3 +426,14 @@ def record_queue_stats(connection: Connection, counts: dict[str, Any]) -> None:
 
 def prune_queue_stats(connection: Connection, keep_seconds: float) -> None:
     db.execute(connection, "prune_queue_stats", {"keep_seconds": keep_seconds})
+
+
+# The worker registry's rows and its workers' server processes: their own module, these names
+# kept here (every caller goes through ``operations``).
+from .worker_rows import (  # noqa: E402, F401
+    cancel_backends,
+    register_worker,
+    terminate_backends,
+    touch_worker,
+    unregister_worker,
+)

@@ -195,6 +195,13 @@ class JobDefinition(CeleryCalls[P, R], HasUniqueRules):
         """Insert one job per ``(args, kwargs)`` pair (or ``args`` tuple) in one statement."""
         return _enqueue_many(self, NO_OPTIONS, calls)
 
+    def s(self, *args: Any, **kwargs: Any):
+        """A step of a workflow (``django_pgjobs.chain`` / ``group``): this job with these
+        arguments."""
+        from .workflows import Step
+
+        return Step(self, NO_OPTIONS, args, kwargs)
+
     def check_arguments(self, args: Any, kwargs: Any) -> None:
         """Raise ``TypeError`` when ``args``/``kwargs`` cannot be passed to the function."""
         for value in (args, kwargs):
@@ -253,6 +260,12 @@ class JobWithOptions(CeleryCalls[P, R]):
     def enqueue_many(self, calls: Iterable[Any]):
         """Insert one job per call with these options, in one statement."""
         return _enqueue_many(self.definition, self.options, calls)
+
+    def s(self, *args: Any, **kwargs: Any):
+        """A step of a workflow with these options and arguments."""
+        from .workflows import Step
+
+        return Step(self.definition, self.options, args, kwargs)
 
 
 # enqueueing is imported when called: job modules may load before the app registry, and

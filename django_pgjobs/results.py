@@ -20,8 +20,9 @@ from . import db, operations
 
 __all__ = ["JobResult", "JobResultDoesNotExist", "aget_result", "get_result"]
 
-#: The values of ``JobResult.status`` (as ``django.tasks.TaskResultStatus`` names them).
-STATUSES = ("ready", "running", "successful", "failed")
+#: The values of ``JobResult.status`` (as ``django.tasks.TaskResultStatus`` names them), and
+#: the two of workflow steps: ``blocked`` (waiting for the step before) and ``cancelled``.
+STATUSES = ("ready", "running", "successful", "failed", "blocked", "cancelled")
 
 
 class JobResultDoesNotExist(LookupError):
@@ -69,7 +70,7 @@ class JobResult(Generic[T]):
 
     @property
     def is_finished(self) -> bool:
-        return self.status in ("successful", "failed")
+        return self.status in ("successful", "failed", "cancelled")
 
 
 def get_result(job_id: int, *, using: str | None = None) -> JobResult[Any]:

@@ -12,6 +12,14 @@ Stored in ``pgjobs_job.status`` (the names follow ``django.tasks.TaskResultStatu
     ``PGJOBS["KEEP_RESULTS_SECONDS"]`` when enqueued with ``keep_result``; otherwise only kept
     when ``PGJOBS["KEEP_SUCCEEDED_SECONDS"]`` is above 0, else deleted when it completes.
 
+``blocked``
+    A step of a workflow waiting for the step before it (``docs/howto/workflows.md``): never
+    claimed; the statement that completes the last job of the step before makes it ``ready``.
+``cancelled``
+    A step of a workflow that will not run: a step before it was dead-lettered, or the
+    workflow was aborted (the workflow's ``reason`` says which). Requeueing the dead letter
+    makes it ``blocked`` (or ``ready``) again.
+
 A job that fails its last attempt, names no registered job, or carries arguments that do not fit
 its function leaves ``pgjobs_job`` and becomes a row of ``pgjobs_deadletter`` (``failed`` in
 ``django.tasks`` terms).
@@ -35,6 +43,8 @@ class Status(models.TextChoices):
     READY = "ready", "ready"
     RUNNING = "running", "running"
     SUCCESSFUL = "successful", "successful"
+    BLOCKED = "blocked", "blocked"
+    CANCELLED = "cancelled", "cancelled"
 
 
 class View(models.TextChoices):

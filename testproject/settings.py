@@ -139,6 +139,8 @@ PGJOBS = {
         "testproject.handlers.unique",
         # and of docs/howto/developing.md
         "testproject.handlers.developing",
+        # and of docs/howto/workflows.md
+        "testproject.handlers.workflows",
         # tests of start-up imports add their own (tests/test_task_imports.py)
         *os.environ.get("PGJOBS_TEST_JOB_MODULES", "").split(),
     ],

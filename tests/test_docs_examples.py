@@ -30,6 +30,7 @@ PAGES = [
     "docs/howto/outbox.md",
     "docs/howto/repair.md",
     "docs/howto/developing.md",
+    "docs/howto/workflows.md",
 ]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 NAMED = re.compile(r"#\s*((?:testproject|tests)/\S+\.py)\s*\n")

@@ -36,6 +36,17 @@ EXPECTED_USERS = {
         "enqueue_job_waiting_debounced",
         "enqueue_job_waiting_throttled",
     },
+    # the release of a workflow's next step and the cancel of its later ones, in the statements
+    # that complete or dead-letter its jobs (empty for jobs outside a workflow)
+    "pgjobs_job_workflow_idx": {
+        "complete_workflow_jobs",
+        "complete_workflow_jobs_with_results",
+        "dead_letter_job",
+        "rescue_expired",
+        "requeue_dead_letters",
+        "abort_workflow",
+        "workflow_previous_results",
+    },
     "pgjobs_dl_failed_idx": {"admin: dead letters", "prune_dead_letters"},
     "pgjobs_dl_type_idx": {"dead_letter_error_types"},
     "pgjobs_dl_name_idx": {"dead_letter_names", "prune_dead_letters"},
@@ -142,6 +153,11 @@ def params_for(name: str) -> dict:
     }
     if name == "enqueue_jobs":
         params.update(args=["[]"], kwargs=["{}"])
+    if name == "enqueue_workflow":
+        one = {"names": ["j"], "queues": ["q3"], "priorities": [0], "args": ["[]"]}
+        params.update(one, kwargs=["{}"], run_afters=[None], max_attempts=[5], timeouts=[None])
+        params.update(keep_results=[False], task_backends=[""], steps=[0], members=[0])
+        params.update(workflow_name="j", sizes="[1]", first_size=1)
     if name == "extend_leases":
         params["lease_seconds"] = [60.0] * 3
     return params

@@ -24,6 +24,12 @@ COMBINED = [
     ("complete_retained_and_claim_jobs", "complete_jobs_retained"),
     ("complete_with_results_and_claim_jobs", "complete_jobs_with_results"),
 ]
+#: The statements that complete jobs of workflows, and the completion each is made of.
+WORKFLOW_COMPLETIONS = [
+    ("complete_workflow_jobs", "complete_jobs"),
+    ("complete_workflow_jobs_retained", "complete_jobs_retained"),
+    ("complete_workflow_jobs_with_results", "complete_jobs_with_results"),
+]
 
 
 def _names_in(node: ast.AST) -> set[str]:
@@ -84,7 +90,15 @@ def test_the_combined_statements_are_made_of_the_statements_they_combine():
     for combined, completion in COMBINED:
         text = sql.query(combined)
         assert f"completed AS ({sql.query(completion)})" in text
+        assert "released AS (" not in text  # workflows are counted by statements of their own
         assert f"claimed AS ({sql.query('claim_jobs')})" in text
+
+
+def test_the_workflow_completions_are_the_completions_and_the_count():
+    for statement, completion in WORKFLOW_COMPLETIONS:
+        text = sql.query(statement)
+        assert text.startswith(f"WITH completed AS ({sql.query(completion)}),")
+        assert "released AS (" in text and text.endswith("SELECT id FROM completed")
 
 
 def placeholders(name: str) -> set[str]:

@@ -16,6 +16,7 @@ from ..models import (
     QueueState,
     Schedule,
     Worker,
+    Workflow,
 )
 from .dashboard import DashboardEntryAdmin
 from .dead_letters import DeadLetterAdmin
@@ -23,6 +24,7 @@ from .jobs import JobAdmin
 from .outbox import OutboxDeadLetterAdmin, OutboxEventAdmin
 from .queues import QueueStateAdmin, WorkerAdmin
 from .schedules import ScheduleAdmin
+from .workflows import WorkflowAdmin
 
 admin.site.register(Job, JobAdmin)
 admin.site.register(DeadLetter, DeadLetterAdmin)
@@ -32,6 +34,7 @@ admin.site.register(Dashboard, DashboardEntryAdmin)
 admin.site.register(Schedule, ScheduleAdmin)
 admin.site.register(OutboxEvent, OutboxEventAdmin)
 admin.site.register(OutboxDeadLetter, OutboxDeadLetterAdmin)
+admin.site.register(Workflow, WorkflowAdmin)
 
 __all__ = [
     "DashboardEntryAdmin",
@@ -42,4 +45,5 @@ __all__ = [
     "QueueStateAdmin",
     "ScheduleAdmin",
     "WorkerAdmin",
+    "WorkflowAdmin",
 ]

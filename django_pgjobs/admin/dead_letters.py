@@ -24,6 +24,7 @@ from .base import (
     plural,
     require_view,
 )
+from .workflows import workflow_link
 
 LIST_FIELDS = (
     "id",
@@ -98,7 +99,20 @@ class DeadLetterAdmin(JobRowAdmin):
     row_actions = DEAD_LETTER_ACTIONS
     dead_letters = True
     fieldsets = (
-        (None, {"fields": ("id", "job_id", "name", "queue", "priority", "unique_key")}),
+        (
+            None,
+            {
+                "fields": (
+                    "id",
+                    "job_id",
+                    "name",
+                    "queue",
+                    "priority",
+                    "unique_key",
+                    "workflow_page",
+                )
+            },
+        ),
         (
             "Failure",
             {"fields": ("reason", "error_type", "attempts_of_max", "created", "failed")},
@@ -112,6 +126,10 @@ class DeadLetterAdmin(JobRowAdmin):
     @admin.display(description="audit trail")
     def repair_trail(self, obj):
         return repairs.trail_html(self, obj)
+
+    @admin.display(description="workflow")
+    def workflow_page(self, obj):
+        return workflow_link(obj)
 
     # -- list ---------------------------------------------------------------------------------
 

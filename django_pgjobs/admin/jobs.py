@@ -19,6 +19,7 @@ from . import confirm, display, repairs
 from .actions import JOB_ACTIONS, JOB_ACTIONS_BY_FILTER, Action, bulk_actions
 from .base import CappedChangeList, JobRowAdmin, QueueFilter
 from .dashboard import dashboard_view
+from .workflows import workflow_link
 
 LIST_FIELDS = (
     "id",
@@ -139,7 +140,18 @@ class JobAdmin(JobRowAdmin):
     fieldsets = (
         (
             None,
-            {"fields": ("id", "name", "queue", "state", "priority", "unique_key", "waiting_key")},
+            {
+                "fields": (
+                    "id",
+                    "name",
+                    "queue",
+                    "state",
+                    "priority",
+                    "unique_key",
+                    "waiting_key",
+                    "workflow_page",
+                )
+            },
         ),
         (
             "Timing",
@@ -173,6 +185,10 @@ class JobAdmin(JobRowAdmin):
     lease_expires = display.time_field("lease_expires_at", "lease expires at")
     finished = display.time_field("finished_at", "finished at")
     abort_requested = display.time_field("abort_requested_at", "abort requested at")
+
+    @admin.display(description="workflow")
+    def workflow_page(self, obj):
+        return workflow_link(obj)
 
     # -- list ---------------------------------------------------------------------------------
 

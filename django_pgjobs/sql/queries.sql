@@ -192,6 +192,57 @@ SELECT ARRAY(SELECT id FROM inserted) AS ids,
        now() AS created_at
 FROM (SELECT count(*) FROM woken) AS notified;
 
+-- name: enqueue_workflow
+-- Insert a workflow (django_pgjobs/workflows.py) and every job of every step in one statement:
+-- per-job values as parallel arrays (unnest, in step order), the first step's jobs 'ready', the
+-- later ones 'blocked' (outside the claim's index) until advance_workflows releases them. Workers
+-- of the first step's queues are woken when `notify`. Returns the workflow's id and its jobs'
+-- ids in input order.
+WITH workflow AS (
+    INSERT INTO pgjobs_workflow (name, state, step, remaining, sizes, reason, created_at)
+    VALUES (%(workflow_name)s::text, 'running', 0, %(first_size)s::int, %(sizes)s::jsonb, '',
+            now())
+    RETURNING id
+),
+inserted AS (
+    INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
+                            max_attempts, timeout, created_at, worker, errors, keep_result,
+                            task_backend, workflow_id, workflow_step, workflow_member)
+    SELECT n, q, p, a, k, CASE WHEN s = 0 THEN 'ready' ELSE 'blocked' END, COALESCE(r, now()), 0,
+           m, t, now(), '', '[]'::jsonb, kr, tb, workflow.id, s, mem
+    FROM workflow,
+         unnest(%(names)s::text[], %(queues)s::text[], %(priorities)s::smallint[],
+                %(args)s::jsonb[], %(kwargs)s::jsonb[], %(run_afters)s::timestamptz[],
+                %(max_attempts)s::int[], %(timeouts)s::float8[], %(keep_results)s::boolean[],
+                %(task_backends)s::text[], %(steps)s::int[], %(members)s::int[])
+             AS rows(n, q, p, a, k, r, m, t, kr, tb, s, mem)
+    RETURNING id, queue, status, run_after
+),
+woken AS (
+    SELECT pg_notify('pgjobs', queue)
+    FROM (SELECT DISTINCT queue FROM inserted WHERE status = 'ready' AND run_after <= now())
+         AS due
+    WHERE %(notify)s
+)
+SELECT (SELECT id FROM workflow) AS workflow_id, ARRAY(SELECT id FROM inserted) AS ids,
+       now() AS created_at
+FROM (SELECT count(*) FROM woken) AS notified;
+
+-- name: workflow_previous_results
+-- The kept results of the step before job `id`'s, in member order (`result`, a JSON array),
+-- and that step's size (NULL
+-- step: the job is not a later step of a workflow).
+SELECT prev.step, prev.size,
+       (SELECT jsonb_agg(p.result ORDER BY p.workflow_member) FROM pgjobs_job AS p
+        WHERE p.workflow_id = j.workflow_id AND p.workflow_step = prev.step) AS result
+FROM pgjobs_job AS j
+JOIN pgjobs_workflow AS w ON w.id = j.workflow_id
+CROSS JOIN LATERAL (
+    SELECT NULLIF(j.workflow_step, 0) - 1 AS step,
+           (w.sizes ->> (j.workflow_step - 1))::int AS size
+) AS prev
+WHERE j.id = %(id)s;
+
 -- name: notify_queue
 -- Wake the workers listening on a queue, after the enqueueing transaction committed, in a
 -- transaction of its own (autocommit). NOTIFY holds a cluster-wide lock until its commit is
@@ -265,7 +316,7 @@ RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs,
           extract(epoch FROM j.created_at)::float8 AS created_at, j.keep_result,
           j.abort_requested_at IS NOT NULL AS abort_requested, NOT picked.starts AS held,
           j.returned_unstarted AND NOT picked.starts AS start_recorded_first,
-          j.trace_context;
+          j.trace_context, j.workflow_id;
 
 -- name: mark_started
 -- Record the start of held jobs an executor took, `ago` seconds back (from then on the rescue
@@ -285,12 +336,58 @@ RETURNING j.id;
 started_at = COALESCE(j.started_at, now()),
 first_started_at = COALESCE(j.first_started_at, j.started_at, now())
 
+-- part: advance_workflows
+-- CTEs after `completed` (the jobs this statement completed, fenced): each workflow among them
+-- counts its step's jobs done (`remaining`); the statement that brings it to zero moves the
+-- workflow to its next step and makes that step's jobs (written 'blocked') ready, waking the
+-- workers of their queues (one notification per queue and transaction). The workflow rows are
+-- locked in id order first, so two statements advancing the same workflows never deadlock; a
+-- statement that waited sees the other's count (UPDATE re-reads the row it waited for), so two
+-- members finishing at once release the next step exactly once. A job outside a workflow adds
+-- nothing to lock or update (empty `finished_steps`); the release runs only when a step moved
+-- (the EXISTS: a one-time filter, so its scan of pgjobs_job_workflow_idx is skipped otherwise).
+finished_steps AS (
+    SELECT workflow_id, workflow_step, count(*)::int AS done
+    FROM completed
+    WHERE workflow_id IS NOT NULL
+    GROUP BY workflow_id, workflow_step
+),
+locked_workflows AS (
+    SELECT w.id FROM pgjobs_workflow AS w
+    WHERE w.id IN (SELECT workflow_id FROM finished_steps)
+    ORDER BY w.id
+    FOR UPDATE
+),
+advanced AS (
+    UPDATE pgjobs_workflow AS w
+    SET remaining = CASE WHEN w.remaining > f.done THEN w.remaining - f.done
+                         ELSE COALESCE((w.sizes ->> (w.step + 1))::int, 0) END,
+        step = CASE WHEN w.remaining > f.done THEN w.step ELSE w.step + 1 END,
+        state = CASE WHEN w.remaining <= f.done AND w.state = 'running'
+                          AND w.step + 1 >= jsonb_array_length(w.sizes)
+                     THEN 'succeeded' ELSE w.state END,
+        finished_at = CASE WHEN w.remaining <= f.done AND w.step + 1 >= jsonb_array_length(w.sizes)
+                           THEN now() ELSE w.finished_at END
+    FROM finished_steps AS f, locked_workflows AS l
+    WHERE w.id = f.workflow_id AND l.id = w.id AND w.step = f.workflow_step
+    RETURNING w.id, w.step, w.step = f.workflow_step + 1 AS moved
+),
+released AS (
+    UPDATE pgjobs_job AS j
+    SET status = 'ready', run_after = GREATEST(j.run_after, now())
+    FROM advanced AS a
+    WHERE a.moved AND j.workflow_id = a.id AND j.workflow_step = a.step AND j.status = 'blocked'
+      AND EXISTS (SELECT 1 FROM advanced WHERE moved)
+    RETURNING pg_notify('pgjobs', j.queue)
+)
+
 -- name: complete_jobs
--- Delete successful jobs, fenced: only rows still running under the claim token given.
+-- Delete successful jobs, fenced: only rows still running under the claim token given. (Their
+-- workflow and step come back for complete_workflow_jobs; NULL outside a workflow.)
 DELETE FROM pgjobs_job AS j
 USING unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS done(id, token)
 WHERE j.id = done.id AND j.claim_token = done.token AND j.status = 'running'
-RETURNING j.id;
+RETURNING j.id, j.workflow_id, j.workflow_step;
 
 -- name: complete_jobs_retained
 -- Mark successful jobs as 'successful' (retention on), fenced like complete_jobs.
@@ -299,7 +396,7 @@ SET status = 'successful', finished_at = now(), lease_expires_at = NULL, claim_t
     {{count_unrecorded_start}}
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS done(id, token)
 WHERE j.id = done.id AND j.claim_token = done.token AND j.status = 'running'
-RETURNING j.id;
+RETURNING j.id, j.workflow_id, j.workflow_step;
 
 -- name: complete_jobs_with_results
 -- Mark successful jobs that keep their result as 'successful' with their return values (JSON
@@ -310,13 +407,14 @@ SET status = 'successful', finished_at = now(), lease_expires_at = NULL, claim_t
     result = done.result, {{count_unrecorded_start}}
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(results)s::jsonb[]) AS done(id, token, result)
 WHERE j.id = done.id AND j.claim_token = done.token AND j.status = 'running'
-RETURNING j.id;
+RETURNING j.id, j.workflow_id, j.workflow_step;
 
 -- name: complete_and_claim_jobs
 -- Acknowledge finished jobs and claim new ones in one round trip (the worker's hot path).
 -- Why one statement: with short jobs the round trip, not the work, is the cost; folding the
 -- batch of acknowledgements into the next claim halves the statements per batch
 -- (docs/explanation/acknowledgements.md). Made of complete_jobs and claim_jobs themselves.
+-- Jobs of workflows never come here (complete_workflow_jobs counts them).
 WITH completed AS ({{complete_jobs}}),
 {{claimed_then_completed}};
 
@@ -329,6 +427,27 @@ WITH completed AS ({{complete_jobs_retained}}),
 -- complete_and_claim_jobs for jobs that keep their result (complete_jobs_with_results).
 WITH completed AS ({{complete_jobs_with_results}}),
 {{claimed_then_completed}};
+
+-- name: complete_workflow_jobs
+-- Complete jobs of workflows (complete_jobs) and count them (advance_workflows), in one
+-- statement: the release of a workflow's next step commits with the acknowledgement of the job
+-- that completes the step before. operations.complete sends the jobs of workflows here (the
+-- claim tells it which: `workflow_id`), the others keep the statements above, unchanged.
+WITH completed AS ({{complete_jobs}}),
+{{advance_workflows}}
+SELECT id FROM completed;
+
+-- name: complete_workflow_jobs_retained
+-- complete_workflow_jobs with retention on.
+WITH completed AS ({{complete_jobs_retained}}),
+{{advance_workflows}}
+SELECT id FROM completed;
+
+-- name: complete_workflow_jobs_with_results
+-- complete_workflow_jobs for jobs that keep their result.
+WITH completed AS ({{complete_jobs_with_results}}),
+{{advance_workflows}}
+SELECT id FROM completed;
 
 -- part: claimed_then_completed
 -- The end of the acknowledge-and-claim statements, after their `completed` CTE. Both CTEs see
@@ -364,7 +483,8 @@ WITH moved AS (
     WHERE id = %(id)s AND claim_token = %(token)s::uuid AND status = 'running'
     RETURNING *, %(reason)s::text AS reason, %(error_type)s::text AS error_type,
               %(error)s::jsonb AS error, started_at IS NULL AS unrecorded_start
-)
+),
+{{fail_workflows}}
 {{dead_letter_moved}};
 
 -- name: dead_letter_aborted
@@ -382,7 +502,8 @@ WITH moved AS (
               END || ': ' || %(summary)s::text AS reason,
               'Aborted'::text AS error_type, %(error)s::jsonb AS error,
               started_at IS NULL AS unrecorded_start
-)
+),
+{{fail_workflows}}
 {{dead_letter_moved}};
 
 -- part: dead_letter_moved
@@ -394,12 +515,13 @@ INSERT INTO pgjobs_deadletter (job_id, name, queue, priority, args, kwargs, atte
                                max_attempts, unique_key, waiting_key, timeout, reason,
                                error_type, errors, created_at, started_at, first_started_at,
                                failed_at, keep_result, task_backend, replayed_from, repairs,
-                               version)
+                               version, workflow_id, workflow_step, workflow_member)
 SELECT id, name, queue, priority, args, kwargs, attempts, max_attempts,
        unique_key, kept_waiting_key, timeout, reason, error_type, errors || error, created_at,
        CASE WHEN unrecorded_start THEN now() ELSE started_at END,
        COALESCE(first_started_at, started_at, CASE WHEN unrecorded_start THEN now() END),
-       now(), keep_result, task_backend, replayed_from, repairs, version
+       now(), keep_result, task_backend, replayed_from, repairs, version, workflow_id,
+       workflow_step, workflow_member
 FROM moved
 RETURNING id
 
@@ -416,6 +538,29 @@ JOIN back USING (id)
 WHERE j.kept_waiting_key IS NOT NULL AND j.errors = '[]'::jsonb
   AND NOT EXISTS (SELECT FROM pgjobs_job AS w WHERE w.waiting_key = j.kept_waiting_key)
 ORDER BY j.kept_waiting_key, j.id
+
+-- part: fail_workflows
+-- CTEs after `moved` (jobs leaving for the dead-letter table, with their `reason`): a workflow
+-- one of them belongs to fails with that reason, and its later steps (still 'blocked') are
+-- cancelled. The other jobs of the failed step (a group's members) run on and are counted;
+-- requeueing the dead letter (requeue_dead_letters) resumes the workflow.
+failed_workflows AS (
+    UPDATE pgjobs_workflow AS w
+    SET state = 'failed', finished_at = now(),
+        reason = 'step ' || m.workflow_step || ' (' || m.name || ' #' || m.id
+                 || ') was dead-lettered: ' || m.reason
+    FROM (SELECT DISTINCT ON (workflow_id) workflow_id, workflow_step, name, id, reason
+          FROM moved WHERE workflow_id IS NOT NULL ORDER BY workflow_id, id) AS m
+    WHERE w.id = m.workflow_id AND w.state = 'running'
+    RETURNING w.id
+),
+cancelled_steps AS (
+    UPDATE pgjobs_job AS j
+    SET status = 'cancelled'
+    FROM (SELECT DISTINCT workflow_id FROM moved WHERE workflow_id IS NOT NULL) AS m
+    WHERE j.workflow_id = m.workflow_id AND j.status = 'blocked'
+    RETURNING j.id
+)
 
 -- name: release_jobs
 -- Hand claimed-but-unstarted jobs back without spending their attempt (graceful shutdown):
@@ -515,6 +660,7 @@ moved AS (
 dead_lettered AS ({{dead_letter_moved}}),
 back AS (SELECT id FROM expired WHERE NOT expired.started AND NOT expired.exhausted),
 keyed AS ({{restore_waiting_keys}}),
+{{fail_workflows}},
 requeued AS (
     UPDATE pgjobs_job AS j
     SET status = 'ready', claim_token = NULL, lease_expires_at = NULL, worker = '',
@@ -674,7 +820,7 @@ inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
                             max_attempts, unique_key, waiting_key, kept_waiting_key, timeout,
                             created_at, worker, errors, keep_result, task_backend, replayed_from,
-                            repairs, version)
+                            repairs, version, workflow_id, workflow_step, workflow_member)
     SELECT name, queue, priority, args, kwargs, 'ready',
            now() + place * %(spacing)s::float8 * interval '1 second', 0, max_attempts,
            unique_key, waiting_key, waiting_key, timeout, now(), '', errors, keep_result,
@@ -685,9 +831,26 @@ inserted AS (
                                              'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
                                'by', %(requested_by)s::text, 'action', %(action)s::text,
                                'dead_letter', id, 'job_id', job_id)) END,
-           version
+           version, workflow_id, workflow_step, workflow_member
     FROM spaced
     RETURNING id, queue, run_after
+),
+resumed AS (
+    -- the workflows of requeued steps run again: what was cancelled waits again (the current
+    -- step's jobs ready, the later steps blocked until the count releases them)
+    UPDATE pgjobs_workflow AS w
+    SET state = 'running', reason = '', finished_at = NULL
+    FROM (SELECT DISTINCT workflow_id FROM moved WHERE workflow_id IS NOT NULL) AS m
+    WHERE w.id = m.workflow_id AND w.state IN ('failed', 'aborted')
+    RETURNING w.id, w.step
+),
+uncancelled AS (
+    UPDATE pgjobs_job AS j
+    SET status = CASE WHEN j.workflow_step = r.step THEN 'ready' ELSE 'blocked' END,
+        run_after = now()
+    FROM resumed AS r
+    WHERE j.workflow_id = r.id AND j.status = 'cancelled'
+    RETURNING pg_notify('pgjobs', j.queue)
 ),
 woken AS (
     SELECT pg_notify('pgjobs', queue) FROM (SELECT DISTINCT queue FROM inserted) AS queues
@@ -846,6 +1009,27 @@ woken AS (
 )
 SELECT ARRAY(SELECT id FROM cancelled) AS cancelled, ARRAY(SELECT id FROM requested) AS requested,
        ARRAY(SELECT id FROM eligible) AS eligible, (SELECT count(*) FROM woken) AS notified;
+
+-- name: abort_workflow
+-- Abort a workflow: it is marked aborted (with who asked), its waiting jobs (ready or blocked)
+-- are cancelled, and the ids of its running jobs come back (operations.abort_jobs requests
+-- their abort). A job that finishes anyway is counted but releases nothing.
+WITH aborted AS (
+    UPDATE pgjobs_workflow
+    SET state = 'aborted', finished_at = now(),
+        reason = 'aborted at the request of ' || %(requested_by)s::text
+    WHERE id = %(id)s AND state IN ('running', 'failed')
+    RETURNING id
+),
+cancelled AS (
+    UPDATE pgjobs_job
+    SET status = 'cancelled'
+    WHERE workflow_id = %(id)s AND status IN ('ready', 'blocked')
+    RETURNING id
+)
+SELECT EXISTS (SELECT 1 FROM aborted) AS aborted, (SELECT count(*) FROM cancelled) AS cancelled,
+       ARRAY(SELECT id FROM pgjobs_job WHERE workflow_id = %(id)s AND status = 'running')
+           AS running;
 
 -- Statements of the admin dashboard and the per-minute queue statistics (pgjobs_stat).
 

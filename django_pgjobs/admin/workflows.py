@@ -1,0 +1,147 @@
+"""Workflows: the list, and a page per workflow with its steps, their states and timings,
+reachable from any of its jobs (and dead letters); "Abort workflow" on it (POST, change
+permission), as an action on the list too."""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.http import HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.html import format_html
+
+from ..models import DeadLetter, Job, Workflow
+from ..workflows import abort_workflow
+from .base import OperatorAdmin, plural, refuse_mutation, require_view
+
+
+def workflow_link(obj) -> str:
+    """A link to the page of ``obj``'s workflow (a job or a dead letter), or "-"."""
+    if not obj.workflow_id:
+        return "-"
+    url = reverse("admin:django_pgjobs_workflow_change", args=[obj.workflow_id])
+    step = "" if obj.workflow_step is None else f", step {obj.workflow_step + 1}"
+    return format_html('<a href="{}">workflow #{}{}</a>', url, obj.workflow_id, step)
+
+
+class WorkflowAdmin(OperatorAdmin):
+    list_display = ("id", "name", "state", "progress", "created_at", "finished_at")
+    list_display_links = ("id", "name")
+    list_filter = ("state",)
+    actions = ("abort_selected",)
+
+    @admin.display(description="step")
+    def progress(self, obj):
+        sizes = obj.sizes or []
+        if obj.step >= len(sizes):
+            return f"{len(sizes)} of {len(sizes)} done"
+        done = sizes[obj.step] - obj.remaining
+        return f"{obj.step + 1} of {len(sizes)} ({done}/{sizes[obj.step]} done)"
+
+    def get_urls(self):
+        return [self.route("<int:object_id>/abort/", self.abort_view, "abort"), *super().get_urls()]
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        require_view(self, request)
+        workflow = get_object_or_404(self.rows(), pk=object_id)
+        jobs = list(
+            self.rows(Job)
+            .filter(workflow_id=workflow.pk)
+            .order_by("workflow_step", "workflow_member")
+            .only(*STEP_FIELDS)[:STEPS_SHOWN]
+        )
+        dead = list(
+            self.rows(DeadLetter)
+            .filter(workflow_id=workflow.pk)
+            .order_by("workflow_step", "workflow_member")
+            .only("id", "job_id", "name", "workflow_step", "workflow_member", "reason",
+                  "started_at", "failed_at")[:STEPS_SHOWN]
+        )  # fmt: skip
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": str(workflow),
+            "workflow": workflow,
+            "progress": self.progress(workflow),
+            "steps": _steps(workflow, jobs, dead),
+            "shown": STEPS_SHOWN,
+            "can_abort": self.has_operate_permission(request)
+            and workflow.state in ("running", "failed"),
+        }
+        return TemplateResponse(request, "admin/django_pgjobs/workflow.html", context)
+
+    def abort_view(self, request, object_id):
+        refused = refuse_mutation(self, request, "operate")
+        if refused:
+            return refused
+        done = abort_workflow(object_id, using=self.database(), requested_by=_who(request))
+        messages.success(
+            request,
+            f"Aborted workflow #{object_id}: {plural(done['cancelled'], 'job')} cancelled, "
+            f"{plural(len(done['requested']), 'running job')} asked to stop."
+            if done["aborted"]
+            else f"Workflow #{object_id} had already finished.",
+        )
+        return HttpResponseRedirect(reverse(self.url_name("change"), args=[object_id]))
+
+    @admin.action(description="Abort selected workflows", permissions=["operate"])
+    def abort_selected(self, request, queryset):
+        ids = list(queryset.values_list("id", flat=True))
+        aborted = sum(
+            abort_workflow(i, using=self.database(), requested_by=_who(request))["aborted"]
+            for i in ids
+        )
+        messages.success(request, f"Aborted {plural(aborted, 'workflow')}.")
+
+
+#: Jobs listed on a workflow's page (a large group shows its first ones).
+STEPS_SHOWN = 500
+STEP_FIELDS = ("id", "name", "status", "attempts", "max_attempts", "workflow_step",
+               "workflow_member", "created_at", "started_at", "finished_at", "run_after")  # fmt: skip
+
+
+def _who(request) -> str:
+    return f"admin user {request.user.get_username()}"
+
+
+def _steps(workflow: Workflow, jobs: list[Job], dead: list[DeadLetter]) -> list[dict]:
+    """One entry per step: its jobs (live rows and dead letters) as table rows."""
+    rows: dict[int, list[dict]] = {i: [] for i in range(len(workflow.sizes or []))}
+    for job in jobs:
+        ran = job.finished_at and job.started_at and (job.finished_at - job.started_at)
+        rows.setdefault(job.workflow_step, []).append(
+            {
+                "url": reverse("admin:django_pgjobs_job_change", args=[job.pk]),
+                "id": job.pk,
+                "name": job.name,
+                "state": job.status,
+                "attempts": f"{job.attempts}/{job.max_attempts}",
+                "started": job.started_at,
+                "finished": job.finished_at,
+                "took": f"{ran.total_seconds():.3f} s" if ran else "",
+            }
+        )
+    for letter in dead:
+        rows.setdefault(letter.workflow_step, []).append(
+            {
+                "url": reverse("admin:django_pgjobs_deadletter_change", args=[letter.pk]),
+                "id": letter.job_id,
+                "name": letter.name,
+                "state": "dead-lettered",
+                "attempts": "",
+                "started": letter.started_at,
+                "finished": letter.failed_at,
+                "took": letter.reason,
+            }
+        )
+    sizes = workflow.sizes or []
+    return [
+        {
+            "number": index + 1,
+            "size": sizes[index] if index < len(sizes) else len(members),
+            "current": index == workflow.step,
+            "jobs": members,
+        }
+        for index, members in sorted(rows.items())
+    ]

@@ -1,0 +1,203 @@
+"""Workflows: ``chain`` and ``group`` of steps (``my_job.s(*args, **kwargs)``), written in one
+statement and run one step after the other (docs/howto/workflows.md).
+
+``chain(a.s(1), group(b.s(i) for i in ids), c.s())`` is a workflow of three steps: ``a``, then
+the group's jobs (concurrently), then ``c`` once every one of them has succeeded (a chord).
+``enqueue()`` inserts a ``pgjobs_workflow`` row and every job of every step in one statement on
+the jobs database's connection: inside ``transaction.atomic()`` the whole workflow commits or
+rolls back with the caller's writes. The first step's jobs are ``ready``; the later ones are
+``blocked`` (never claimed) until the statement completing the last job of the step before makes
+them ready (``sql/queries.sql``: advance_workflows), so progress is counted in the database.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from . import db, operations
+from .calls import CallOptions
+from .conf import get_config
+from .context import current_job
+from .enqueueing import JobSpec, _call_values, _shared_params
+from .uniqueness import rules_for
+from .wakeups import wake_after_commit, wakes_after_commit
+
+__all__ = ["Chain", "Group", "Step", "abort_workflow", "chain", "group", "previous_results"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One job of a workflow with its arguments: what ``my_job.s(...)`` returns (options from
+    ``my_job.using(...)``)."""
+
+    definition: JobSpec
+    options: CallOptions
+    args: tuple
+    kwargs: dict
+
+    def enqueue(self):
+        """A workflow of this one step."""
+        return chain(self).enqueue()
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """Steps run concurrently; in a chain, the step after waits for every one of them."""
+
+    steps: tuple[Step, ...]
+
+    def enqueue(self):
+        return chain(self).enqueue()
+
+
+@dataclasses.dataclass(frozen=True)
+class Chain:
+    """Steps (a ``Step`` or a ``Group`` each) run one after the other."""
+
+    steps: tuple[Step | Group, ...]
+
+    def enqueue(self):
+        """Write the workflow and all its jobs in one statement; returns the saved
+        ``Workflow`` (``job_ids``: the ids of its jobs, step by step)."""
+        return _enqueue(self)
+
+
+def group(*steps: Step | Iterable[Step]) -> Group:
+    """``group(a.s(1), b.s(2))`` or ``group(resize.s(i) for i in ids)``."""
+    first = steps[0] if len(steps) == 1 else None
+    members: tuple = tuple(first) if first is not None and not isinstance(first, Step) else steps
+    for step in members:
+        if not isinstance(step, Step):
+            raise TypeError(f"a group holds steps (my_job.s(...)), not {step!r}")
+    if not members:
+        raise ValueError("a group needs at least one step")
+    return Group(members)
+
+
+def chain(*items: Step | Group | Chain) -> Chain:
+    """``chain(a.s(1), b.s(2), c.s())``: each step runs after the one before succeeded. A chain
+    inside a chain adds its steps in place."""
+    steps: list[Step | Group] = []
+    for item in items:
+        if isinstance(item, Chain):
+            steps.extend(item.steps)
+        elif isinstance(item, (Step, Group)):
+            steps.append(item)
+        else:
+            raise TypeError(f"a chain holds steps and groups, not {item!r}")
+    if not steps:
+        raise ValueError("a chain needs at least one step")
+    return Chain(tuple(steps))
+
+
+_COLUMNS = (
+    "names", "queues", "priorities", "args", "kwargs", "run_afters", "max_attempts",
+    "timeouts", "keep_results", "task_backends", "steps", "members",
+)  # fmt: skip
+
+
+def _rows(workflow: Chain) -> tuple[dict[str, list[Any]], list[int]]:
+    """The statement's columns (parallel arrays, one entry per job) and each step's size."""
+    columns: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
+    sizes = []
+    for index, item in enumerate(workflow.steps):
+        members = item.steps if isinstance(item, Group) else (item,)
+        sizes.append(len(members))
+        for member, step in enumerate(members):
+            if not rules_for(step.definition, step.options).plain or step.options.unique_key:
+                raise ValueError(f"{step.definition.name}: a workflow step takes no unique key")
+            args_json, kwargs_json, unique_key = _call_values(
+                step.definition, step.options, step.args, step.kwargs
+            )
+            if unique_key is not None:
+                raise ValueError(f"{step.definition.name}: a workflow step takes no unique key")
+            params = _shared_params(step.definition, step.options)
+            for column, value in zip(
+                _COLUMNS,
+                (params["name"], params["queue"], params["priority"], args_json, kwargs_json,
+                 params["run_after"], params["max_attempts"], params["timeout"],
+                 params["keep_result"], params["task_backend"], index, member),
+                strict=True,
+            ):  # fmt: skip
+                columns[column].append(value)
+    return columns, sizes
+
+
+def _name(workflow: Chain) -> str:
+    parts = []
+    for item in workflow.steps:
+        if isinstance(item, Group):
+            names = dict.fromkeys(step.definition.name for step in item.steps)
+            parts.append(f"group({', '.join(names)}) x{len(item.steps)}")
+        else:
+            parts.append(item.definition.name)
+    return " > ".join(parts)[:255]
+
+
+def _enqueue(workflow: Chain):
+    from .models import Workflow
+
+    columns, sizes = _rows(workflow)
+    connection = db.jobs_connection()
+    listen = get_config().LISTEN_NOTIFY
+    after_commit = listen and wakes_after_commit(connection)
+    params = {
+        **columns,
+        "workflow_name": _name(workflow),
+        "sizes": json.dumps(sizes),
+        "first_size": sizes[0],
+        "notify": listen and not after_commit,
+    }
+    (row,) = db.execute(connection, "enqueue_workflow", params)
+    if after_commit:
+        for queue in dict.fromkeys(
+            q for q, s in zip(columns["queues"], columns["steps"], strict=True) if s == 0
+        ):
+            connection.on_commit(wake_after_commit(connection.alias, queue), robust=True)
+    saved = Workflow(
+        id=row["workflow_id"],
+        name=params["workflow_name"],
+        remaining=sizes[0],
+        sizes=sizes,
+        created_at=row["created_at"],
+    )
+    saved._state.adding = False
+    saved._state.db = connection.alias
+    saved.job_ids = row["ids"]
+    return saved
+
+
+def previous_results(*, using: str | None = None) -> Any:
+    """Inside a step: the results of the step before it (its jobs must keep them:
+    ``my_job.using(keep_result=True).s(...)``): the return value of a single job, or the list of
+    a group's return values in the group's order. Raises ``LookupError`` outside a workflow step
+    after the first."""
+    job = current_job()
+    if job is None:
+        raise LookupError("previous_results() is called inside a job")
+    rows = db.execute(db.jobs_connection(using), "workflow_previous_results", {"id": job.id})
+    if not rows or rows[0]["step"] is None:
+        raise LookupError(f"job #{job.id} is not a step after the first of a workflow")
+    results = rows[0]["result"] or []
+    return results if rows[0]["size"] > 1 else (results[0] if results else None)
+
+
+def abort_workflow(
+    workflow_id: int, *, using: str | None = None, requested_by: str = "abort_workflow()"
+) -> dict[str, Any]:
+    """Abort a workflow: its waiting jobs are cancelled, its running ones have their abort
+    requested (``django_pgjobs.abort``). Returns ``aborted`` (False: it had already finished),
+    ``cancelled`` (how many jobs) and ``requested`` (the running jobs' ids)."""
+    connection = db.jobs_connection(using)
+    (row,) = db.execute(
+        connection, "abort_workflow", {"id": workflow_id, "requested_by": requested_by[:200]}
+    )
+    requested: list[int] = []
+    if row["running"]:
+        requested, _ = operations.abort_jobs(
+            connection, row["running"], requested_by=requested_by, cancel_waiting=False
+        )
+    return {"aborted": row["aborted"], "cancelled": row["cancelled"], "requested": requested}

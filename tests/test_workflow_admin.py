@@ -1,0 +1,75 @@
+"""The admin's workflow page: its steps, their states and timings, reachable from any of its
+jobs and dead letters; "Abort workflow" needs POST and the change permission; and the abort
+itself (``abort_workflow``): running steps asked to stop, the rest cancelled."""
+
+from __future__ import annotations
+
+import pytest
+from admin_data import make_user
+from django.test import Client
+from django.urls import reverse
+
+from django_pgjobs import chain, group
+from django_pgjobs.models import Job, Workflow
+from django_pgjobs.workflows import abort_workflow
+from testproject.handlers import workflows as wf
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def login(user) -> Client:
+    client = Client()
+    if user is not None:
+        client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def workflow():
+    saved = chain(wf.charge.s(1), group(wf.resize.s(i) for i in range(3)), wf.email.s(1)).enqueue()
+    first = saved.job_ids[0]
+    Job.objects.filter(pk=first).update(status="running")  # as a worker's claim leaves it
+    return saved
+
+
+def test_the_page_shows_every_step_and_is_linked_from_each_job(workflow):
+    client = login(make_user("viewer", perms=("view_job", "view_workflow")))
+    page = reverse("admin:django_pgjobs_workflow_change", args=[workflow.pk])
+    for job_id in workflow.job_ids:
+        detail = client.get(reverse("admin:django_pgjobs_job_change", args=[job_id]))
+        assert page in detail.content.decode()
+    body = client.get(page).content.decode()
+    assert "Step 1" in body and "Step 2 (group of 3)" in body and "Step 3" in body
+    assert body.count(">blocked<") == 4 and ">running<" in body
+    assert ">Abort workflow<" not in body  # view permission only
+    listing = client.get(reverse("admin:django_pgjobs_workflow_changelist")).content.decode()
+    assert "1 of 3 (0/1 done)" in listing
+
+
+def test_abort_needs_post_and_the_change_permission(workflow, client):
+    url = reverse("admin:django_pgjobs_workflow_abort", args=[workflow.pk])
+    assert "/admin/login/" in client.post(url)["Location"]
+    assert login(make_user("staff")).post(url).status_code == 403
+    assert login(make_user("viewer", perms=("view_workflow",))).post(url).status_code == 403
+    operator = login(make_user("operator", perms=("view_workflow", "change_workflow")))
+    assert operator.get(url).status_code == 405
+    assert Workflow.objects.get().state == "running"
+    assert (
+        ">Abort workflow<"
+        in operator.get(
+            reverse("admin:django_pgjobs_workflow_change", args=[workflow.pk])
+        ).content.decode()
+    )
+    assert operator.post(url).status_code == 302
+    stored = Workflow.objects.get()
+    assert stored.state == "aborted" and "admin user operator" in stored.reason
+
+
+def test_aborting_a_workflow_asks_its_running_steps_to_stop_and_cancels_the_rest(workflow):
+    done = abort_workflow(workflow.pk, requested_by="a test")
+    assert done == {"aborted": True, "cancelled": 4, "requested": [workflow.job_ids[0]]}
+    statuses = dict(Job.objects.values_list("id", "status"))
+    assert statuses[workflow.job_ids[0]] == "running"
+    assert Job.objects.get(pk=workflow.job_ids[0]).abort_requested_by == "a test"
+    assert sorted(statuses.values()) == ["cancelled"] * 4 + ["running"]
+    assert abort_workflow(workflow.pk)["aborted"] is False  # once
