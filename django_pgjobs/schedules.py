@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
-from . import cron, db
+from . import cron, db, registry
 from .conf import get_config
 from .sql import query
 
@@ -46,8 +46,16 @@ class Due(NamedTuple):
     next_wake: dt.datetime | None
 
 
-def due(connection: Connection, now: dt.datetime | None = None, limit: int = 100) -> Due:
-    rows = db.execute(connection, "schedules_due", {"now": now, "limit": limit})
+def due(
+    connection: Connection,
+    now: dt.datetime | None = None,
+    limit: int = 100,
+    job_names: Iterable[str] | None = None,
+) -> Due:
+    """The due schedules of ``job_names`` (None: the jobs registered here), oldest first."""
+    names = registry.registered().keys() if job_names is None else job_names
+    params = {"now": now, "limit": limit, "job_names": sorted(names)}
+    rows = db.execute(connection, "schedules_due", params)
     first = rows[0]
     schedules = [row for row in rows if row["id"] is not None]
     return Due(first["db_now"], schedules, first["next_wake"])

@@ -73,6 +73,7 @@ def params_for(name: str) -> dict:
         "trace_context_json": None,
         "now": None,
         "schedule_id": 1,
+        "job_names": ["j1", "j2"],
         "changed_at": now,
         "fire_time": now,
         "manual": False,

@@ -847,7 +847,9 @@ WHERE relname IN ('pgjobs_job', 'pgjobs_deadletter') AND relkind = 'r';
 -- The scheduler's look (django_pgjobs/schedules.py): the active schedules due at `now` (the
 -- database clock when NULL; a test's clock otherwise), oldest first, and on every row the clock
 -- and the next fire time of the others (when to look again). One row with NULL schedule columns
--- when none is due. Served by pgjobs_schedule_due_idx.
+-- when none is due. Only the schedules of `job_names` (the jobs this worker knows): one naming
+-- a job it does not know (pgjobs.W002) is another release's to fire, and never fills the look.
+-- Served by pgjobs_schedule_due_idx.
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, now()) AS db_now)
 SELECT clock.db_now,
        (SELECT min(next_fire_at) FROM pgjobs_schedule
@@ -857,6 +859,7 @@ SELECT clock.db_now,
 FROM clock
 LEFT JOIN pgjobs_schedule AS s
        ON NOT s.paused AND (s.next_fire_at IS NULL OR s.next_fire_at <= clock.db_now)
+      AND s.job_name = ANY(%(job_names)s::text[])
 ORDER BY s.next_fire_at NULLS FIRST, s.id
 LIMIT %(limit)s;
 

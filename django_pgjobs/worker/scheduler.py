@@ -112,6 +112,10 @@ class Scheduler(MaintenanceUnit):
             return (*self._handle(row, now), 0)
         except (ValueError, RuntimeError, StopIteration) as error:
             self._warn_once(row, "cannot be read (%s): not fired", error)
+            # looked at again after check_seconds (fixed in the admin meanwhile, it fires), not
+            # at every look: it would fill them, and the schedules behind it would never fire
+            later = now + dt.timedelta(seconds=self.config.check_seconds)
+            schedules.advance(self.db.connection(), row, later)
             return 0, 0, 0, 0, 1
 
     def _warn_once(self, row: dict, message: str, *args) -> None:
