@@ -30,6 +30,7 @@ def run_jobs(
     *,
     concurrency: int = 1,
     with_scheduled: bool = False,
+    with_schedules: bool = False,
     max_rounds: int = 100,
     **worker_options: Any,
 ) -> Stats:
@@ -40,7 +41,10 @@ def run_jobs(
     waiting out their back-off): made due now, again after each round, until none is left, so
     a failing job runs through all its attempts to its dead letter; past ``max_rounds`` rounds
     (a job that schedules itself again and again) it raises ``RuntimeError`` naming the jobs
-    still scheduled. Without it, failed jobs are retried later, as in production."""
+    still scheduled. Without it, failed jobs are retried later, as in production.
+
+    ``with_schedules=True`` also fires the recurring jobs due (``@job(cron=...)``, the admin's
+    schedules), as a worker does; without it only the jobs the test enqueued run."""
     inline = _connection().in_atomic_block
     worker_options.setdefault("listen", False)
     total = Stats()
@@ -51,6 +55,7 @@ def run_jobs(
             burst=True,
             install_signal_handlers=False,
             inline=inline,
+            schedules=with_schedules,
             **worker_options,
         )
         worker.run()

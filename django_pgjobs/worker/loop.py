@@ -171,7 +171,11 @@ class Worker:
                     keep_results_seconds=o.keep_results,
                 ),
             ),
-            Scheduler(db, SchedulerConfig(misfire_grace_seconds=o.misfire_grace)),
+            *(
+                [Scheduler(db, SchedulerConfig(misfire_grace_seconds=o.misfire_grace))]
+                if o.schedules
+                else []
+            ),
             StatsLog(StatsLogConfig(o.stats_interval), self.state.stats),
         ]
 
