@@ -11,6 +11,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from django.db import connections
+from helpers import wait_until
 
 from django_pgjobs import schedules
 from django_pgjobs.models import Job, Schedule, ScheduleFire
@@ -203,6 +204,59 @@ def test_a_schedule_changed_after_a_look_is_not_fired_with_the_old_definition():
     (due,) = schedules.due(connections["default"], now).schedules
     Schedule.objects.filter(pk=row.pk).update(cron="0 0 * * *", changed_at=now)
     assert schedules.fire(connections["default"], due, demo.record, now, None) is None
+
+
+def test_an_edit_committed_while_a_fire_runs_keeps_the_new_definitions_next_fire_time():
+    """An operator's edit (a new cron and its next fire time) holds the row when a worker fires
+    the old definition's due time: the fire waits for the edit, then fires nothing, and the new
+    next fire time stays (the old definition's later one must not overwrite it)."""
+    start = dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC)
+    row = schedule("0 * * * *", start)  # hourly: due at 10:00
+    now = dt.datetime(2026, 1, 5, 10, 0, 10, tzinfo=UTC)
+    (due,) = schedules.due(connections["default"], now).schedules
+    edited = dt.datetime(2026, 1, 5, 10, 1, tzinfo=UTC)
+    operator = connections.create_connection("default")
+    operator.set_autocommit(False)
+    results: list = []
+
+    def fire() -> None:
+        try:
+            eleven = dt.datetime(2026, 1, 5, 11, 0, tzinfo=UTC)
+            fire_time = due["next_fire_at"]
+            results.append(
+                schedules.fire(connections["default"], due, demo.record, fire_time, eleven)
+            )
+        except BaseException as error:  # reported by the test
+            results.append(error)
+        finally:
+            connections.close_all()
+
+    try:
+        with operator.cursor() as cursor:
+            cursor.execute(
+                "UPDATE pgjobs_schedule SET cron = '* * * * *', next_fire_at = %s,"
+                " changed_at = now() WHERE id = %s",
+                [edited, row.pk],
+            )
+        thread = threading.Thread(target=fire)
+        thread.start()
+        with connections["default"].cursor() as cursor:
+
+            def waiting() -> bool:
+                cursor.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND query LIKE '%%pgjobs_schedule_fire%%'"
+                )
+                return cursor.fetchone()[0] == 1
+
+            wait_until(waiting, timeout=30, interval=0.02)
+        operator.commit()
+        thread.join(timeout=30)
+    finally:
+        operator.close()
+    row.refresh_from_db()
+    assert (row.cron, row.next_fire_at) == ("* * * * *", edited)
+    assert results == [None] and not fire_times(row)
 
 
 def test_a_fire_time_already_passed_is_not_fired_again_after_its_row_is_pruned():

@@ -871,12 +871,15 @@ LIMIT %(limit)s;
 -- (`manual` false) also needs the schedule active, unchanged since the worker read it
 -- (`changed_at`), and not past that time already (`next_fire_at`, only moved forward here), so
 -- a slow worker never fires a time again after its fire row was pruned. Run now (`manual`)
--- needs none of that. Returns the job's id; no row: not fired.
+-- needs none of that. The schedule row is locked first: an operator's edit being committed
+-- is waited for and its new row checked (changed: not fired), so the fire never sets the old
+-- definition's next fire time over the new one's. Returns the job's id; no row: not fired.
 WITH schedule AS (
     SELECT id FROM pgjobs_schedule
     WHERE id = %(schedule_id)s
       AND (%(manual)s OR (NOT paused AND changed_at = %(changed_at)s
                           AND next_fire_at <= %(fire_time)s))
+    FOR NO KEY UPDATE
 ),
 fire AS (
     INSERT INTO pgjobs_schedule_fire (schedule_id, fire_time, job_id, manual, fired_at)
