@@ -111,6 +111,16 @@ def test_a_schedule_declared_in_code_keeps_its_definition_from_the_code(admin_cl
     assert 'name="cron"' not in page and 'name="paused"' in page
 
 
+def test_a_schedule_declared_in_code_cannot_be_renamed(admin_client):
+    """Its row is found by its job's name at each worker start: renamed, a second row would be
+    written and every fire time would run twice."""
+    row = every_minute(name=RECORD, source="code")
+    page = admin_client.get(f"{CHANGELIST}{row.pk}/change/").content.decode()
+    assert 'name="name"' not in page
+    admin_client.post(f"{CHANGELIST}{row.pk}/change/", {"name": "renamed", "paused": "on"})
+    assert Schedule.objects.get(pk=row.pk).name == RECORD
+
+
 def test_the_schedule_pages_need_staff_and_the_model_permissions(client):
     row = every_minute()
     viewer = make_user("schedule viewer", perms=("view_schedule",))

@@ -108,7 +108,9 @@ class ScheduleAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         fields = list(super().get_readonly_fields(request, obj))
         if obj is not None and obj.source == "code":
-            fields += DEFINITION  # the code owns them: changed there, synced at worker start
+            # the code owns them: changed there, synced at worker start; the name too (the row
+            # is found by it: renamed, the next worker start would add a second, firing twice)
+            fields += ["name", *DEFINITION]
         return fields
 
     def get_fields(self, request, obj=None):
