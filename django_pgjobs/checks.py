@@ -7,6 +7,8 @@
 - ``pgjobs.W001``: atomic jobs run on a jobs database other than ``default``.
 - ``pgjobs.W002``: a schedule names a job that is not registered (a database check: run by
   ``migrate`` and ``check --database``).
+- ``pgjobs.W003``: a schedule declared in code whose job no longer declares ``cron=`` (a
+  database check too).
 """
 
 from __future__ import annotations
@@ -136,7 +138,7 @@ def check_schedules(app_configs=None, databases=None, **kwargs):
     from .models import Schedule
 
     try:
-        rows = list(Schedule.objects.using(alias).values_list("name", "job_name"))
+        rows = list(Schedule.objects.using(alias).values_list("name", "job_name", "source"))
     except DatabaseError:
         return []  # not migrated yet
     known = registered()
@@ -150,6 +152,16 @@ def check_schedules(app_configs=None, databases=None, **kwargs):
             obj=f"schedule {name}",
             id="pgjobs.W002",
         )
-        for name, job_name in rows
+        for name, job_name, _ in rows
         if job_name not in known
+    ] + [
+        Warning(
+            f"Schedule {name!r} was declared in code, but the job {job_name!r} no longer "
+            "declares cron=: it fires nothing.",
+            hint="Delete the schedule in the admin, or give the job its cron= again.",
+            obj=f"schedule {name}",
+            id="pgjobs.W003",
+        )
+        for name, job_name, source in rows
+        if source == "code" and job_name in known and known[job_name].cron is None
     ]

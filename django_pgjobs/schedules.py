@@ -52,9 +52,12 @@ def due(
     limit: int = 100,
     job_names: Iterable[str] | None = None,
 ) -> Due:
-    """The due schedules of ``job_names`` (None: the jobs registered here), oldest first."""
-    names = registry.registered().keys() if job_names is None else job_names
-    params = {"now": now, "limit": limit, "job_names": sorted(names)}
+    """The due schedules of ``job_names`` (None: the jobs registered here), oldest first; of
+    those declared in code, only the ones whose job here still declares ``cron=``."""
+    known = registry.registered()
+    names = sorted(known if job_names is None else job_names)
+    cron_jobs = [name for name in names if name in known and known[name].cron is not None]
+    params = {"now": now, "limit": limit, "job_names": names, "cron_jobs": cron_jobs}
     rows = db.execute(connection, "schedules_due", params)
     first = rows[0]
     schedules = [row for row in rows if row["id"] is not None]

@@ -74,6 +74,7 @@ def params_for(name: str) -> dict:
         "now": None,
         "schedule_id": 1,
         "job_names": ["j1", "j2"],
+        "cron_jobs": ["j1"],
         "changed_at": now,
         "fire_time": now,
         "manual": False,

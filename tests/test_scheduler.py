@@ -320,6 +320,18 @@ def test_due_schedules_whose_job_is_unknown_are_kept_and_do_not_fill_the_looks()
         assert Schedule.objects.filter(pk=row.pk).exists() and fire_times(row) == []
 
 
+def test_a_schedule_declared_in_code_whose_job_lost_its_cron_fires_nothing():
+    """The next release keeps the job but removes cron= from its @job: its row is not fired
+    (pgjobs.W003 and the admin say it), and does not fill the looks."""
+    start = dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC)
+    row = schedule("* * * * *", start, name=RECORD, source="code")  # demo.record: no cron=
+    other = schedule("* * * * *", start, name="added in the admin")
+    unit = scheduler(Clock(start + dt.timedelta(minutes=5)), limit=1)
+    assert unit.run_once().fired == 2  # 09:04 (catch_up) and 09:05
+    assert unit.run_once().fired == 0 and unit.wait_seconds() > 0
+    assert fire_times(row) == [] and len(fire_times(other)) == 2
+
+
 def test_a_row_written_without_its_next_fire_time_starts_at_the_next_one():
     row = Schedule.objects.create(name="by hand", job_name=RECORD, cron="@hourly", args=["x"])
     assert scheduler(Clock(dt.datetime(2026, 1, 5, 9, 20, tzinfo=UTC))).run_once().fired == 0

@@ -152,6 +152,17 @@ def test_run_now_needs_a_post_with_a_csrf_token(superuser):
     assert not ScheduleFire.objects.exists()
 
 
+def test_a_code_schedule_whose_job_lost_its_cron_is_reported_by_the_check_and_admin(
+    admin_client,
+):
+    every_minute(name=RECORD, source="code")  # demo.record declares no cron= (any more)
+    every_minute(name="added here")  # an admin schedule of a job without cron=: fine
+    (warning,) = [m for m in run_checks(databases=["default"]) if m.id == "pgjobs.W003"]
+    assert repr(RECORD) in warning.msg and "no longer declares cron=" in warning.msg
+    page = admin_client.get(CHANGELIST).content.decode()
+    assert page.count("(no longer declares cron=: fires nothing)") == 1
+
+
 def test_a_schedule_whose_job_is_gone_is_reported_by_the_check_and_the_admin(admin_client):
     every_minute(name="kept")
     every_minute(name="orphan")

@@ -130,7 +130,14 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     @admin.display(description="job", ordering="job_name")
     def job(self, obj):
-        if obj.job_name in registry.registered():
+        known = registry.registered()
+        if obj.job_name in known:
+            if obj.source == "code" and known[obj.job_name].cron is None:
+                return format_html(
+                    '<span class="errornote" title="pgjobs.W003">{} (no longer declares cron=: '
+                    "fires nothing)</span>",
+                    display.short_name(obj.job_name),
+                )
             return display.short_name(obj.job_name)
         return format_html(
             '<span class="errornote" title="pgjobs.W002">{} (job not registered: fires '

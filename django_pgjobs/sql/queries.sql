@@ -848,7 +848,9 @@ WHERE relname IN ('pgjobs_job', 'pgjobs_deadletter') AND relkind = 'r';
 -- database clock when NULL; a test's clock otherwise), oldest first, and on every row the clock
 -- and the next fire time of the others (when to look again). One row with NULL schedule columns
 -- when none is due. Only the schedules of `job_names` (the jobs this worker knows): one naming
--- a job it does not know (pgjobs.W002) is another release's to fire, and never fills the look.
+-- a job it does not know (pgjobs.W002) is another release's to fire, and never fills the look;
+-- so is one declared in code whose job here declares no cron= (`cron_jobs`: those that do;
+-- pgjobs.W003: the decorator lost its cron=).
 -- Served by pgjobs_schedule_due_idx.
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, now()) AS db_now)
 SELECT clock.db_now,
@@ -860,6 +862,7 @@ FROM clock
 LEFT JOIN pgjobs_schedule AS s
        ON NOT s.paused AND (s.next_fire_at IS NULL OR s.next_fire_at <= clock.db_now)
       AND s.job_name = ANY(%(job_names)s::text[])
+      AND (s.source <> 'code' OR s.job_name = ANY(%(cron_jobs)s::text[]))
 ORDER BY s.next_fire_at NULLS FIRST, s.id
 LIMIT %(limit)s;
 
