@@ -21,6 +21,7 @@ from django.utils import timezone
 from . import cron, db, registry
 from .conf import get_config
 from .sql import query
+from .validation import check_unique_key
 
 logger = logging.getLogger("django_pgjobs.worker")
 
@@ -72,7 +73,8 @@ def fire(
     next_fire: dt.datetime | None,
     manual: bool = False,
 ) -> int | None:
-    """Enqueue ``definition`` (a ``JobDefinition``) for one fire time; the job's id, or None
+    """Enqueue ``definition`` (a ``JobDefinition``) for one fire time; the job's id, ``SKIPPED``
+    when a job holding its unique key is ready or running (the fire time is spent), or None
     when that time was fired already (or the schedule changed or was paused meanwhile)."""
     rows = db.execute(
         connection,
@@ -90,10 +92,24 @@ def fire(
             "kwargs": json.dumps(schedule["kwargs"]),
             "max_attempts": definition.get_max_attempts(),
             "keep_result": definition.keep_result,
+            "unique_key": unique_key_of(definition, schedule["args"], schedule["kwargs"]),
             "notify": get_config().LISTEN_NOTIFY,
         },
     )
-    return rows[0]["job_id"] if rows else None
+    if not rows:
+        return None
+    return SKIPPED if rows[0]["job_id"] is None else rows[0]["job_id"]
+
+
+SKIPPED = 0  # fire(): the job was not enqueued, one holding its unique key is in flight
+
+
+def unique_key_of(definition: Any, args: list, kwargs: dict) -> str | None:
+    """The unique key the job's ``@job(unique_key=...)`` gives these arguments, as enqueue()
+    computes it (None: no key)."""
+    if getattr(definition, "unique_key", None) is None:
+        return None
+    return check_unique_key(definition.unique_key(*args, **kwargs))
 
 
 def advance(connection: Connection, schedule: dict[str, Any], next_fire: dt.datetime) -> bool:
@@ -121,7 +137,7 @@ def run_now(connection: Connection, schedule, definition: Any) -> int:
     job_id = fire(connection, row, definition, timezone.now(), None, manual=True)
     if job_id is None:  # the same microsecond as another run now
         raise RuntimeError(f"schedule {schedule.name!r} was run now twice at once")
-    return job_id
+    return job_id  # SKIPPED: a job holding its unique key is in flight
 
 
 def sync_declared(connection: Connection, definitions: Iterable[Any]) -> dict[str, int]:

@@ -11,9 +11,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from django.db import connections
-from helpers import wait_until
+from helpers import registered_for_the_test, wait_until
 
-from django_pgjobs import schedules
+from django_pgjobs import job, registry, schedules
 from django_pgjobs.models import Job, Schedule, ScheduleFire
 from django_pgjobs.worker.faults import DispatcherDatabase
 from django_pgjobs.worker.scheduler import Scheduler, SchedulerConfig, SchedulerCounts
@@ -44,7 +44,8 @@ def scheduler(clock: Clock, alias: str = "default", **config) -> Scheduler:
 def schedule(cron: str, start: dt.datetime, **fields) -> Schedule:
     """A schedule added as an operator does, its first fire time computed at ``start``."""
     fields.setdefault("args", ["tick"])
-    row = Schedule(name=fields.pop("name", cron), job_name=RECORD, cron=cron, **fields)
+    fields.setdefault("job_name", RECORD)
+    row = Schedule(name=fields.pop("name", cron), cron=cron, **fields)
     row.next_fire_at = schedules.first_fire(cron, row.time_zone, start)
     row.save()
     return row
@@ -330,6 +331,34 @@ def test_a_schedule_declared_in_code_whose_job_lost_its_cron_fires_nothing():
     assert unit.run_once().fired == 2  # 09:04 (catch_up) and 09:05
     assert unit.run_once().fired == 0 and unit.wait_seconds() > 0
     assert fire_times(row) == [] and len(fire_times(other)) == 2
+
+
+def _overlap() -> None:
+    pass
+
+
+def test_a_recurring_job_with_a_unique_key_is_not_enqueued_while_one_is_in_flight():
+    """An every-minute job meant never to overlap (its unique_key): while its job waits or
+    runs, the following fire times are spent with no job (recorded as skipped), not piled up."""
+    declared = job(name="tests.no_overlap", unique_key=lambda: "only-one")(_overlap)
+    registry._REGISTRY.pop(declared.name, None)
+    start = dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC)
+    with registered_for_the_test(declared):
+        row = schedule("* * * * *", start, job_name=declared.name, args=[])
+        clock = Clock(start)
+        unit = scheduler(clock)
+        counts = []
+        for minute in range(1, 4):  # no worker runs the jobs: the first one still waits
+            clock.now = start + dt.timedelta(minutes=minute, seconds=-30)
+            counts.append(unit.run_once())
+        assert [(c.fired, c.held) for c in counts] == [(1, 0), (0, 1), (0, 1)]
+        (waiting,) = Job.objects.filter(name=declared.name)
+        assert waiting.unique_key == "only-one"
+        assert len(fire_times(row)) == 3
+        assert ScheduleFire.objects.filter(job_id__isnull=True).count() == 2
+        Job.objects.all().delete()  # it ran: the next fire time enqueues again
+        clock.now += dt.timedelta(minutes=1)
+        assert unit.run_once().fired == 1
 
 
 def test_a_row_written_without_its_next_fire_time_starts_at_the_next_one():

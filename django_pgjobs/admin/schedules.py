@@ -197,7 +197,9 @@ class ScheduleAdmin(admin.ModelAdmin):
         )
         outcomes = {}
         for job_id in job_ids:
-            if job_id in jobs:
+            if job_id is None:
+                outcomes[job_id] = "skipped (a job with its unique key was ready or running)"
+            elif job_id in jobs:
                 url = reverse("admin:django_pgjobs_job_change", args=[job_id])
                 outcomes[job_id] = format_html(
                     '<a href="{}">job #{}: {}</a>', url, job_id, jobs[job_id]
@@ -239,4 +241,9 @@ class ScheduleAdmin(admin.ModelAdmin):
                 messages.error(request, f"{row.name}: job {row.job_name} is not registered.")
                 continue
             job_id = schedules.run_now(connection, row, definition)
+            if job_id == schedules.SKIPPED:
+                messages.warning(
+                    request, f"{row.name}: not run, a job with its unique key is ready or running."
+                )
+                continue
             messages.success(request, f"Ran {row.name} now: job #{job_id}.")

@@ -876,7 +876,10 @@ LIMIT %(limit)s;
 -- a slow worker never fires a time again after its fire row was pruned. Run now (`manual`)
 -- needs none of that. The schedule row is locked first: an operator's edit being committed
 -- is waited for and its new row checked (changed: not fired), so the fire never sets the old
--- definition's next fire time over the new one's. Returns the job's id; no row: not fired.
+-- definition's next fire time over the new one's. A job with a unique key (`unique_key`, its
+-- @job(unique_key=...) of the schedule's arguments) is not enqueued while a job holding that key
+-- is ready or running: the fire row is kept with no job (`job_id` NULL: skipped) and the next
+-- fire time still moves on. Returns the job's id (NULL: skipped); no row: not fired.
 WITH schedule AS (
     SELECT id FROM pgjobs_schedule
     WHERE id = %(schedule_id)s
@@ -886,32 +889,41 @@ WITH schedule AS (
 ),
 fire AS (
     INSERT INTO pgjobs_schedule_fire (schedule_id, fire_time, job_id, manual, fired_at)
-    SELECT id, %(fire_time)s, nextval(pg_get_serial_sequence('pgjobs_job', 'id')), %(manual)s,
-           now()
+    SELECT id, %(fire_time)s,
+           CASE WHEN NOT EXISTS (SELECT 1 FROM pgjobs_job
+                                 WHERE unique_key = %(unique_key)s
+                                   AND status IN ('ready', 'running'))
+                THEN nextval(pg_get_serial_sequence('pgjobs_job', 'id')) END,
+           %(manual)s, now()
     FROM schedule
     ON CONFLICT (schedule_id, fire_time) DO NOTHING
     RETURNING schedule_id, job_id
 ),
 job AS (
     INSERT INTO pgjobs_job (id, name, queue, priority, args, kwargs, status, run_after, attempts,
-                            max_attempts, created_at, worker, errors, keep_result)
+                            max_attempts, created_at, worker, errors, keep_result, unique_key)
     SELECT fire.job_id, %(name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb,
-           'ready', now(), 0, %(max_attempts)s, now(), '', '[]'::jsonb, %(keep_result)s::boolean
+           'ready', now(), 0, %(max_attempts)s, now(), '', '[]'::jsonb, %(keep_result)s::boolean,
+           %(unique_key)s
     FROM fire
+    WHERE fire.job_id IS NOT NULL
+    ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
+    DO NOTHING
     RETURNING id, queue
 ),
 marked AS (
     UPDATE pgjobs_schedule AS s
-    SET last_fire_at = %(fire_time)s, last_job_id = job.id,
+    SET last_fire_at = %(fire_time)s, last_job_id = (SELECT id FROM job),
         next_fire_at = CASE WHEN %(manual)s THEN s.next_fire_at
                             ELSE GREATEST(s.next_fire_at, %(next_fire)s::timestamptz) END
-    FROM job
+    FROM fire
     WHERE s.id = %(schedule_id)s
     RETURNING s.id
 )
 SELECT job.id AS job_id,
-       CASE WHEN %(notify)s THEN pg_notify('pgjobs', job.queue) END IS NULL AS _notified
-FROM job, (SELECT count(*) FROM marked) AS m;
+       CASE WHEN %(notify)s AND job.id IS NOT NULL THEN pg_notify('pgjobs', job.queue) END
+           IS NULL AS _notified
+FROM fire LEFT JOIN job ON true, (SELECT count(*) FROM marked) AS m;
 
 -- name: advance_schedule
 -- Move a schedule's next fire time without firing (its first one; missed times skipped), if

@@ -41,6 +41,7 @@ class SchedulerCounts:
     unknown: int = 0  # due schedules whose job this worker does not know
     invalid: int = 0  # due schedules whose expression or time zone cannot be read (hand-made)
     synced: int = 0  # schedules declared in code written as rows (inserted or changed)
+    held: int = 0  # fire times spent without a job: one holding its unique key was in flight
 
 
 class Scheduler(MaintenanceUnit):
@@ -94,7 +95,8 @@ class Scheduler(MaintenanceUnit):
         self.more_due = len(found.schedules) >= self.config.limit
         counts = [self._handle_readable(row, found.now) for row in found.schedules]
         self._maybe_prune()
-        result = SchedulerCounts(*(sum(c[i] for c in counts) for i in range(5)), synced=synced)
+        sums = [sum(c[i] for c in counts) for i in range(6)]
+        result = SchedulerCounts(*sums[:5], synced=synced, held=sums[5])
         if logger.isEnabledFor(logging.DEBUG):  # runjobs -v 2
             logger.debug(
                 "schedules looked at %s: %d due, %d fired, %d fired elsewhere",
@@ -109,33 +111,34 @@ class Scheduler(MaintenanceUnit):
         """``_handle``, and (0, 0, 0, 0, 1) for a row the admin and ``@job`` would have refused
         (written by hand): logged once, the other schedules still fire."""
         try:
-            return (*self._handle(row, now), 0)
+            fired, taken, skipped, unknown, held = self._handle(row, now)
+            return fired, taken, skipped, unknown, 0, held
         except (ValueError, RuntimeError, StopIteration) as error:
             self._warn_once(row, "cannot be read (%s): not fired", error)
             # looked at again after check_seconds (fixed in the admin meanwhile, it fires), not
             # at every look: it would fill them, and the schedules behind it would never fire
             later = now + dt.timedelta(seconds=self.config.check_seconds)
             schedules.advance(self.db.connection(), row, later)
-            return 0, 0, 0, 0, 1
+            return 0, 0, 0, 0, 1, 0
 
     def _warn_once(self, row: dict, message: str, *args) -> None:
         if row["id"] not in self.warned:
             self.warned.add(row["id"])
             logger.warning("schedule %r " + message, row["name"], *args)
 
-    def _handle(self, row: dict, now: dt.datetime) -> tuple[int, int, int, int]:
-        """(fired, taken, skipped, unknown) for one due schedule."""
+    def _handle(self, row: dict, now: dt.datetime) -> tuple[int, int, int, int, int]:
+        """(fired, taken, skipped, unknown, held) for one due schedule."""
         connection = self.db.connection()
         try:
             definition = registry.get(row["job_name"])
         except registry.UnknownJobError:
             message = "names job %r, which this worker does not know: not fired (pgjobs.W002)"
             self._warn_once(row, message, row["job_name"])
-            return 0, 0, 0, 1
+            return 0, 0, 0, 1, 0
         time_zone = schedules.time_zone_of(row["time_zone"])
         if row["next_fire_at"] is None:  # a row written by hand: start from now
             schedules.advance(connection, row, cron.next_after(row["cron"], time_zone, now))
-            return 0, 0, 0, 0
+            return 0, 0, 0, 0, 0
         plan = cron.plan(
             row["cron"],
             time_zone,
@@ -156,13 +159,22 @@ class Scheduler(MaintenanceUnit):
             self.next_wake = plan.next_fire
         if not plan.fire:
             schedules.advance(connection, row, plan.next_fire)
-            return 0, 0, plan.skipped, 0
-        fired = 0
+            return 0, 0, plan.skipped, 0, 0
+        fired = held = 0
         for index, fire_time in enumerate(plan.fire):
             following = plan.fire[index + 1] if index + 1 < len(plan.fire) else plan.next_fire
-            if schedules.fire(connection, row, definition, fire_time, following) is not None:
+            job_id = schedules.fire(connection, row, definition, fire_time, following)
+            if job_id == schedules.SKIPPED:
+                held += 1
+                logger.info(
+                    "schedule %r: fire time %s not enqueued, a job with its unique key is "
+                    "ready or running",
+                    row["name"],
+                    fire_time.isoformat(),
+                )
+            elif job_id is not None:
                 fired += 1
-        return fired, len(plan.fire) - fired, plan.skipped, 0
+        return fired, len(plan.fire) - fired - held, plan.skipped, 0, held
 
     def _maybe_prune(self) -> None:
         config, now = self.config, time.monotonic()
