@@ -101,6 +101,17 @@ def fire(
     return SKIPPED if rows[0]["job_id"] is None else rows[0]["job_id"]
 
 
+def unfit(definition: Any, args: Any, kwargs: Any) -> str | None:
+    """Why a schedule's arguments cannot be enqueued for its job (they no longer fit its
+    signature, or its unique key cannot be computed from them); None: they can."""
+    try:
+        definition.check_arguments(args, kwargs)
+        unique_key_of(definition, args, kwargs)
+    except (TypeError, ValueError) as error:
+        return str(error)
+    return None
+
+
 SKIPPED = 0  # fire(): the job was not enqueued, one holding its unique key is in flight
 
 

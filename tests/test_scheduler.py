@@ -361,6 +361,26 @@ def test_a_recurring_job_with_a_unique_key_is_not_enqueued_while_one_is_in_fligh
         assert unit.run_once().fired == 1
 
 
+def test_a_schedule_whose_arguments_no_longer_fit_its_job_is_not_fired(caplog):
+    """The job's signature changed in a release: each job would be dead-lettered at once
+    (BadArguments). The fire time is passed over, logged once; the schedule fires again once
+    its arguments are fixed."""
+    start = dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC)
+    row = schedule("* * * * *", start, args=["a", "b", "c", "d"], kwargs={"gone": 1})
+    clock = Clock(start + dt.timedelta(minutes=1))
+    unit = scheduler(clock)
+    counts = unit.run_once()
+    assert (counts.fired, counts.invalid) == (0, 1)
+    clock.now += dt.timedelta(minutes=1)
+    assert (unit.run_once().invalid, Job.objects.count()) == (1, 0)
+    assert caplog.text.count("has arguments that do not fit its job") == 1
+    row.refresh_from_db()
+    assert row.next_fire_at == dt.datetime(2026, 1, 5, 9, 3, tzinfo=UTC)
+    Schedule.objects.filter(pk=row.pk).update(args=["fixed"], kwargs={})
+    clock.now += dt.timedelta(minutes=1)
+    assert unit.run_once().fired == 1
+
+
 def test_a_row_written_without_its_next_fire_time_starts_at_the_next_one():
     row = Schedule.objects.create(name="by hand", job_name=RECORD, cron="@hourly", args=["x"])
     assert scheduler(Clock(dt.datetime(2026, 1, 5, 9, 20, tzinfo=UTC))).run_once().fired == 0

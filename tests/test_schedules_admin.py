@@ -163,6 +163,15 @@ def test_a_code_schedule_whose_job_lost_its_cron_is_reported_by_the_check_and_ad
     assert page.count("(no longer declares cron=: fires nothing)") == 1
 
 
+def test_a_schedule_whose_arguments_do_not_fit_is_reported_by_the_check_and_admin(admin_client):
+    every_minute(name="stale", args=["a", "b", "c", "d"], kwargs={"gone": 1})
+    every_minute(name="fine")
+    (warning,) = [m for m in run_checks(databases=["default"]) if m.id == "pgjobs.W004"]
+    assert "'stale' has arguments that do not fit" in warning.msg
+    page = html.unescape(admin_client.get(CHANGELIST).content.decode())
+    assert page.count("(arguments do not fit: ") == 1
+
+
 def test_a_schedule_whose_job_is_gone_is_reported_by_the_check_and_the_admin(admin_client):
     every_minute(name="kept")
     every_minute(name="orphan")

@@ -138,6 +138,14 @@ class ScheduleAdmin(admin.ModelAdmin):
                     "fires nothing)</span>",
                     display.short_name(obj.job_name),
                 )
+            problem = schedules.unfit(known[obj.job_name], obj.args, obj.kwargs)
+            if problem is not None:
+                return format_html(
+                    '<span class="errornote" title="pgjobs.W004">{} (arguments do not fit: {}; '
+                    "fires nothing)</span>",
+                    display.short_name(obj.job_name),
+                    problem,
+                )
             return display.short_name(obj.job_name)
         return format_html(
             '<span class="errornote" title="pgjobs.W002">{} (job not registered: fires '

@@ -39,7 +39,7 @@ class SchedulerCounts:
     taken: int = 0  # fire times another worker had fired (or the schedule changed meanwhile)
     skipped: int = 0  # missed fire times left out by their schedule's catch_up
     unknown: int = 0  # due schedules whose job this worker does not know
-    invalid: int = 0  # due schedules whose expression or time zone cannot be read (hand-made)
+    invalid: int = 0  # due schedules whose expression, time zone or arguments do not do
     synced: int = 0  # schedules declared in code written as rows (inserted or changed)
     held: int = 0  # fire times spent without a job: one holding its unique key was in flight
 
@@ -111,8 +111,7 @@ class Scheduler(MaintenanceUnit):
         """``_handle``, and (0, 0, 0, 0, 1) for a row the admin and ``@job`` would have refused
         (written by hand): logged once, the other schedules still fire."""
         try:
-            fired, taken, skipped, unknown, held = self._handle(row, now)
-            return fired, taken, skipped, unknown, 0, held
+            return self._handle(row, now)
         except (ValueError, RuntimeError, StopIteration) as error:
             self._warn_once(row, "cannot be read (%s): not fired", error)
             # looked at again after check_seconds (fixed in the admin meanwhile, it fires), not
@@ -126,19 +125,19 @@ class Scheduler(MaintenanceUnit):
             self.warned.add(row["id"])
             logger.warning("schedule %r " + message, row["name"], *args)
 
-    def _handle(self, row: dict, now: dt.datetime) -> tuple[int, int, int, int, int]:
-        """(fired, taken, skipped, unknown, held) for one due schedule."""
+    def _handle(self, row: dict, now: dt.datetime) -> tuple[int, ...]:
+        """(fired, taken, skipped, unknown, invalid, held) for one due schedule."""
         connection = self.db.connection()
         try:
             definition = registry.get(row["job_name"])
         except registry.UnknownJobError:
             message = "names job %r, which this worker does not know: not fired (pgjobs.W002)"
             self._warn_once(row, message, row["job_name"])
-            return 0, 0, 0, 1, 0
+            return 0, 0, 0, 1, 0, 0
         time_zone = schedules.time_zone_of(row["time_zone"])
         if row["next_fire_at"] is None:  # a row written by hand: start from now
             schedules.advance(connection, row, cron.next_after(row["cron"], time_zone, now))
-            return 0, 0, 0, 0, 0
+            return 0, 0, 0, 0, 0, 0
         plan = cron.plan(
             row["cron"],
             time_zone,
@@ -157,9 +156,12 @@ class Scheduler(MaintenanceUnit):
             )
         if self.next_wake is None or plan.next_fire < self.next_wake:
             self.next_wake = plan.next_fire
-        if not plan.fire:
+        problem = schedules.unfit(definition, row["args"], row["kwargs"]) if plan.fire else None
+        if problem is not None:  # each job would be dead-lettered (BadArguments)
+            self._warn_once(row, "has arguments that do not fit its job (%s): not fired", problem)
+        if not plan.fire or problem is not None:
             schedules.advance(connection, row, plan.next_fire)
-            return 0, 0, plan.skipped, 0, 0
+            return 0, 0, plan.skipped, 0, int(problem is not None), 0
         fired = held = 0
         for index, fire_time in enumerate(plan.fire):
             following = plan.fire[index + 1] if index + 1 < len(plan.fire) else plan.next_fire
@@ -174,7 +176,7 @@ class Scheduler(MaintenanceUnit):
                 )
             elif job_id is not None:
                 fired += 1
-        return fired, len(plan.fire) - fired - held, plan.skipped, 0, held
+        return fired, len(plan.fire) - fired - held, plan.skipped, 0, 0, held
 
     def _maybe_prune(self) -> None:
         config, now = self.config, time.monotonic()
