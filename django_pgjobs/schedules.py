@@ -151,8 +151,26 @@ def run_now(connection: Connection, schedule, definition: Any) -> int:
     return job_id  # SKIPPED: a job holding its unique key is in flight
 
 
-def sync_declared(connection: Connection, definitions: Iterable[Any]) -> dict[str, int]:
-    """Write each ``@job(cron=...)`` as its schedule row; counts of inserted and updated."""
+def declared_values(declared: cron.Cron) -> tuple:
+    """What a ``Cron`` writes on its row, comparable with ``row_values``."""
+    return (
+        declared.expression,
+        declared.time_zone or "",
+        json.loads(json.dumps(list(declared.args))),
+        json.loads(json.dumps(declared.kwargs)),
+        declared.catch_up,
+    )
+
+
+def row_values(row: dict[str, Any]) -> tuple:
+    return (row["cron"], row["time_zone"], row["args"], row["kwargs"], row["catch_up"])
+
+
+def sync_declared(
+    connection: Connection, definitions: Iterable[Any], now: dt.datetime | None = None
+) -> dict[str, int]:
+    """Write each ``@job(cron=...)`` as its schedule row, its next fire time the first after
+    ``now`` (None: the present); counts of inserted and updated."""
     counts = {"inserted": 0, "updated": 0}
     for definition in definitions:
         declared = definition.cron
@@ -166,7 +184,7 @@ def sync_declared(connection: Connection, definitions: Iterable[Any]) -> dict[st
                 "args": json.dumps(list(declared.args)),
                 "kwargs": json.dumps(declared.kwargs),
                 "catch_up": declared.catch_up,
-                "next_fire": first_fire(declared.expression, declared.time_zone or ""),
+                "next_fire": first_fire(declared.expression, declared.time_zone or "", now),
             },
         )
         for row in rows:

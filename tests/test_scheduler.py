@@ -381,6 +381,34 @@ def test_a_schedule_whose_arguments_no_longer_fit_its_job_is_not_fired(caplog):
     assert unit.run_once().fired == 1
 
 
+def _nightly() -> None:
+    pass
+
+
+def test_a_code_row_written_back_by_an_older_release_is_warned_about_by_a_newer_worker(caplog):
+    """Rolling deploy: a worker of the old release (re)starting after the new release's first
+    writes the old cron back; the new release's workers, which wrote theirs at start, say so
+    (once) when they fire that row. The clock of the scheduler (a test's) also plans the
+    declared schedules' first fire times."""
+    new = job(name="tests.nightly", cron="* * * * *")(_nightly)
+    old = job(name="tests.nightly", cron="*/2 * * * *")(_nightly)
+    registry._REGISTRY.pop(new.name, None)
+    start = dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC)
+    clock = Clock(start)
+    with registered_for_the_test(new):
+        newer = scheduler(clock)
+        assert newer.run_once().synced == 1
+    row = Schedule.objects.get(name=new.name)
+    assert row.next_fire_at == dt.datetime(2026, 1, 5, 9, 1, tzinfo=UTC)  # the test's clock
+    with registered_for_the_test(old):
+        assert scheduler(clock).run_once().synced == 1  # the old release restarts
+    with registered_for_the_test(new):
+        for minute in (2, 4):
+            clock.now = start + dt.timedelta(minutes=minute)
+            assert newer.run_once().fired == 1
+    assert caplog.text.count("differs from this worker's @job(cron=...) ('* * * * *')") == 1
+
+
 def test_a_row_written_without_its_next_fire_time_starts_at_the_next_one():
     row = Schedule.objects.create(name="by hand", job_name=RECORD, cron="@hourly", args=["x"])
     assert scheduler(Clock(dt.datetime(2026, 1, 5, 9, 20, tzinfo=UTC))).run_once().fired == 0

@@ -857,7 +857,7 @@ SELECT clock.db_now,
        (SELECT min(next_fire_at) FROM pgjobs_schedule
         WHERE NOT paused AND next_fire_at > clock.db_now) AS next_wake,
        s.id, s.name, s.job_name, s.cron, s.time_zone, s.args, s.kwargs, s.catch_up,
-       s.next_fire_at, s.changed_at
+       s.next_fire_at, s.changed_at, s.source
 FROM clock
 LEFT JOIN pgjobs_schedule AS s
        ON NOT s.paused AND (s.next_fire_at IS NULL OR s.next_fire_at <= clock.db_now)

@@ -57,6 +57,7 @@ class Scheduler(MaintenanceUnit):
         self.db, self.config, self.clock = db, config, clock
         self.synced = False
         self.warned: set[int] = set()  # schedules whose unknown job or bad row was logged
+        self.differing: set[tuple] = set()  # code rows seen differing from this declaration
         self.pruned_at = float("-inf")
         self.next_wake: dt.datetime | None = None  # the next fire time seen by the last look
         self.last_now: dt.datetime | None = None  # the clock of the last look
@@ -88,7 +89,8 @@ class Scheduler(MaintenanceUnit):
         synced = 0
         if not self.synced:
             declared = [d for d in registry.registered().values() if d.cron is not None]
-            synced = sum(schedules.sync_declared(connection, declared).values())
+            clock = self.clock() if self.clock else None
+            synced = sum(schedules.sync_declared(connection, declared, clock).values())
             self.synced = True
         found = schedules.due(connection, self.clock() if self.clock else None, self.config.limit)
         self.last_now, self.next_wake = found.now, found.next_wake
@@ -134,6 +136,7 @@ class Scheduler(MaintenanceUnit):
             message = "names job %r, which this worker does not know: not fired (pgjobs.W002)"
             self._warn_once(row, message, row["job_name"])
             return 0, 0, 0, 1, 0, 0
+        self._warn_if_declared_otherwise(row, definition)
         time_zone = schedules.time_zone_of(row["time_zone"])
         if row["next_fire_at"] is None:  # a row written by hand: start from now
             schedules.advance(connection, row, cron.next_after(row["cron"], time_zone, now))
@@ -177,6 +180,24 @@ class Scheduler(MaintenanceUnit):
             elif job_id is not None:
                 fired += 1
         return fired, len(plan.fire) - fired - held, plan.skipped, 0, 0, held
+
+    def _warn_if_declared_otherwise(self, row: dict, definition) -> None:
+        """A row declared in code that differs from this worker's declaration: written by a
+        worker of another release (the last to start writes it). Said once per definition."""
+        if row.get("source") != "code" or definition.cron is None:
+            return
+        if schedules.declared_values(definition.cron) == schedules.row_values(row):
+            return
+        key = (row["id"], row["changed_at"])
+        if key not in self.differing:
+            self.differing.add(key)
+            logger.warning(
+                "schedule %r: its row (cron %r, written by a worker of another release) differs "
+                "from this worker's @job(cron=...) (%r): the row's definition fires",
+                row["name"],
+                row["cron"],
+                definition.cron.expression,
+            )
 
     def _maybe_prune(self) -> None:
         config, now = self.config, time.monotonic()
