@@ -409,6 +409,14 @@ def test_a_code_row_written_back_by_an_older_release_is_warned_about_by_a_newer_
     assert caplog.text.count("differs from this worker's @job(cron=...) ('* * * * *')") == 1
 
 
+def test_missed_fire_times_past_the_count_limit_are_logged_as_at_least(caplog):
+    start = dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC)
+    schedule("* * * * *", start, catch_up=0)
+    unit = scheduler(Clock(start + dt.timedelta(days=30)))  # 43,200 minutes missed
+    assert unit.run_once().skipped == 10_000
+    assert "at least 10000 fire time(s) missed while no worker ran were skipped" in caplog.text
+
+
 def test_a_row_written_without_its_next_fire_time_starts_at_the_next_one():
     row = Schedule.objects.create(name="by hand", job_name=RECORD, cron="@hourly", args=["x"])
     assert scheduler(Clock(dt.datetime(2026, 1, 5, 9, 20, tzinfo=UTC))).run_once().fired == 0

@@ -151,9 +151,10 @@ class Scheduler(MaintenanceUnit):
         )
         if plan.skipped:
             logger.warning(
-                "schedule %r: %d fire time(s) missed while no worker ran were skipped "
+                "schedule %r: %s%d fire time(s) missed while no worker ran were skipped "
                 "(catch_up=%d)",
                 row["name"],
+                "at least " if plan.skipped >= cron.COUNT_LIMIT else "",
                 plan.skipped,
                 row["catch_up"],
             )
