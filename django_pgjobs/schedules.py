@@ -172,6 +172,7 @@ def sync_declared(
     """Write each ``@job(cron=...)`` as its schedule row, its next fire time the first after
     ``now`` (None: the present); counts of inserted and updated."""
     counts = {"inserted": 0, "updated": 0}
+    definitions = list(definitions)
     for definition in definitions:
         declared = definition.cron
         rows = db.execute(
@@ -189,6 +190,13 @@ def sync_declared(
         )
         for row in rows:
             counts[row["what"]] += 1
+    names = [definition.name for definition in definitions]
+    for row in db.execute(connection, "schedules_shadowed", {"job_names": names}):
+        logger.warning(
+            "the schedule declared by @job(cron=...) of %s is not used: a schedule of that name "
+            "added in the admin is, with the admin's definition",
+            row["name"],
+        )
     return counts
 
 

@@ -298,13 +298,17 @@ def test_the_schedules_declared_in_code_are_written_as_rows_once(declared):
     assert Schedule.objects.get(name=minute.name).paused
 
 
-def test_a_schedule_added_in_the_admin_is_not_overwritten_by_a_declared_one(declared):
+def test_a_schedule_added_in_the_admin_is_not_overwritten_by_a_declared_one(declared, caplog):
     Schedule.objects.create(
         name=declared.every_minute.name, job_name=RECORD, cron="@hourly", args=["mine"]
     )
     assert scheduler(Clock(dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC))).run_once().synced == 1
     row = Schedule.objects.get(name=declared.every_minute.name)
     assert (row.cron, row.source, row.args) == ("@hourly", "admin", ["mine"])
+    assert (
+        f"the schedule declared by @job(cron=...) of {row.name} is not used: a schedule of that "
+        "name added in the admin is" in caplog.text
+    )
 
 
 def test_due_schedules_whose_job_is_unknown_are_kept_and_do_not_fill_the_looks():

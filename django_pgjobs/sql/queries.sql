@@ -953,6 +953,13 @@ WHERE pgjobs_schedule.source = 'code'
        EXCLUDED.catch_up)
 RETURNING CASE WHEN xmax = 0 THEN 'inserted' ELSE 'updated' END AS what;
 
+-- name: schedules_shadowed
+-- Of the schedules declared in code (`job_names`), those whose name a schedule added in the admin
+-- holds: sync_schedule leaves it alone, so the declaration fires nothing (said at worker start).
+SELECT name FROM pgjobs_schedule
+WHERE name = ANY(%(job_names)s::text[]) AND source <> 'code'
+ORDER BY name;
+
 -- name: prune_schedule_fires
 -- Delete fire rows older than `keep_seconds` (at most `limit`): a scheduled fire needs the
 -- schedule's next fire time at or before it, so an old time cannot fire again without its row.
