@@ -360,6 +360,7 @@ def test_a_recurring_job_with_a_unique_key_is_not_enqueued_while_one_is_in_fligh
         assert waiting.unique_key == "only-one"
         assert len(fire_times(row)) == 3
         assert ScheduleFire.objects.filter(job_id__isnull=True).count() == 2
+        assert Schedule.objects.get(pk=row.pk).last_job_id == waiting.id  # the one in flight
         Job.objects.all().delete()  # it ran: the next fire time enqueues again
         clock.now += dt.timedelta(minutes=1)
         assert unit.run_once().fired == 1

@@ -913,7 +913,7 @@ job AS (
 ),
 marked AS (
     UPDATE pgjobs_schedule AS s
-    SET last_fire_at = %(fire_time)s, last_job_id = (SELECT id FROM job),
+    SET last_fire_at = %(fire_time)s, last_job_id = COALESCE((SELECT id FROM job), s.last_job_id),
         next_fire_at = CASE WHEN %(manual)s THEN s.next_fire_at
                             ELSE GREATEST(s.next_fire_at, %(next_fire)s::timestamptz) END
     FROM fire
