@@ -9,7 +9,10 @@
 - ``pgjobs.W001``: atomic jobs run on a jobs database other than ``default``.
 - ``pgjobs.W002``: a schedule names a job that is not registered (a database check: run by
   ``migrate`` and ``check --database``).
-- ``pgjobs.W004``: a job's payload versions below its ``version`` lack an upgrade step.
+- ``pgjobs.W003``: a schedule declared in code whose job no longer declares ``cron=`` (a
+  database check too).
+- ``pgjobs.W004``: a schedule whose arguments do not fit its job (a database check too).
+- ``pgjobs.W005``: a job's payload versions below its ``version`` lack an upgrade step.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from django.db import DatabaseError, connections
 from .conf import ConfigError, get_config, raw_settings, validate
 from .outbox.publishers import publisher_problem
 from .registry import registered
+from .schedules import unfit
 from .versions import skipped_versions
 
 
@@ -160,23 +164,51 @@ def check_schedules(app_configs=None, databases=None, **kwargs):
     from .models import Schedule
 
     try:
-        rows = list(Schedule.objects.using(alias).values_list("name", "job_name"))
+        rows = list(
+            Schedule.objects.using(alias).values_list(
+                "name", "job_name", "source", "args", "kwargs"
+            )
+        )
     except DatabaseError:
         return []  # not migrated yet
     known = registered()
-    return [
-        Warning(
-            f"Schedule {name!r} names the job {job_name!r}, which is not registered: it "
-            "fires nothing.",
-            hint="Register the job again (@job in an installed app's jobs module or "
-            "PGJOBS['JOB_MODULES']), point the schedule at another job in the admin, or "
-            "delete it.",
-            obj=f"schedule {name}",
-            id="pgjobs.W002",
-        )
-        for name, job_name in rows
-        if job_name not in known
-    ]
+    return (
+        [
+            Warning(
+                f"Schedule {name!r} names the job {job_name!r}, which is not registered: it "
+                "fires nothing.",
+                hint="Register the job again (@job in an installed app's jobs module or "
+                "PGJOBS['JOB_MODULES']), point the schedule at another job in the admin, or "
+                "delete it.",
+                obj=f"schedule {name}",
+                id="pgjobs.W002",
+            )
+            for name, job_name, *_ in rows
+            if job_name not in known
+        ]
+        + [
+            Warning(
+                f"Schedule {name!r} has arguments that do not fit the job {job_name!r} ({problem}): "
+                "it fires nothing.",
+                hint="Change the schedule's arguments in the admin (or the job's cron= args).",
+                obj=f"schedule {name}",
+                id="pgjobs.W004",
+            )
+            for name, job_name, _, args, kwargs in rows
+            if job_name in known and (problem := unfit(known[job_name], args, kwargs))
+        ]
+        + [
+            Warning(
+                f"Schedule {name!r} was declared in code, but the job {job_name!r} no longer "
+                "declares cron=: it fires nothing.",
+                hint="Delete the schedule in the admin, or give the job its cron= again.",
+                obj=f"schedule {name}",
+                id="pgjobs.W003",
+            )
+            for name, job_name, source, *_ in rows
+            if source == "code" and job_name in known and known[job_name].cron is None
+        ]
+    )
 
 
 @register(Tags.compatibility)
@@ -196,7 +228,7 @@ def check_job_versions(app_configs=None, **kwargs):
                     "(NoUpgradePath) instead of run.",
                     hint="Add the missing steps to @job(upgrade={...}), or silence this check "
                     "once no such job is left (in pgjobs_job or in the dead letters).",
-                    id="pgjobs.W004",
+                    id="pgjobs.W005",
                 )
             )
     return problems

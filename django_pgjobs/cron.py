@@ -132,8 +132,15 @@ def plan(
     )
 
 
+COUNT_LIMIT = 10_000  # missed fire times counted at most (``Plan.skipped``): "at least" past it
+
+
 def _count_before(
-    fields: str, tz: zoneinfo.ZoneInfo, since: dt.datetime, end: dt.datetime, limit: int = 10_000
+    fields: str,
+    tz: zoneinfo.ZoneInfo,
+    since: dt.datetime,
+    end: dt.datetime,
+    limit: int = COUNT_LIMIT,
 ) -> int:
     """Fire times from ``since`` up to (not including) ``end`` (or ``now``), at most ``limit``:
     the missed times left out, for the log."""

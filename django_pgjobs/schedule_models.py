@@ -59,7 +59,12 @@ class ScheduleFire(models.Model):
     id = models.BigAutoField(primary_key=True)
     schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="fires")
     fire_time = models.DateTimeField()
-    job_id = models.BigIntegerField(help_text="Id of the job enqueued in pgjobs_job.")
+    job_id = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="Id of the job enqueued in pgjobs_job; empty: skipped, a job holding its "
+        "unique key was ready or running.",
+    )
     manual = models.BooleanField(default=False, help_text="Run now from the admin.")
     fired_at = models.DateTimeField(default=timezone.now)
 

@@ -18,9 +18,10 @@ from typing import Any, NamedTuple
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
-from . import cron, db
+from . import cron, db, registry
 from .conf import get_config
 from .sql import query
+from .validation import check_unique_key
 
 logger = logging.getLogger("django_pgjobs.worker")
 
@@ -46,8 +47,19 @@ class Due(NamedTuple):
     next_wake: dt.datetime | None
 
 
-def due(connection: Connection, now: dt.datetime | None = None, limit: int = 100) -> Due:
-    rows = db.execute(connection, "schedules_due", {"now": now, "limit": limit})
+def due(
+    connection: Connection,
+    now: dt.datetime | None = None,
+    limit: int = 100,
+    job_names: Iterable[str] | None = None,
+) -> Due:
+    """The due schedules of ``job_names`` (None: the jobs registered here), oldest first; of
+    those declared in code, only the ones whose job here still declares ``cron=``."""
+    known = registry.registered()
+    names = sorted(known if job_names is None else job_names)
+    cron_jobs = [name for name in names if name in known and known[name].cron is not None]
+    params = {"now": now, "limit": limit, "job_names": names, "cron_jobs": cron_jobs}
+    rows = db.execute(connection, "schedules_due", params)
     first = rows[0]
     schedules = [row for row in rows if row["id"] is not None]
     return Due(first["db_now"], schedules, first["next_wake"])
@@ -61,7 +73,8 @@ def fire(
     next_fire: dt.datetime | None,
     manual: bool = False,
 ) -> int | None:
-    """Enqueue ``definition`` (a ``JobDefinition``) for one fire time; the job's id, or None
+    """Enqueue ``definition`` (a ``JobDefinition``) for one fire time; the job's id, ``SKIPPED``
+    when a job holding its unique key is ready or running (the fire time is spent), or None
     when that time was fired already (or the schedule changed or was paused meanwhile)."""
     rows = db.execute(
         connection,
@@ -79,10 +92,35 @@ def fire(
             "kwargs": json.dumps(schedule["kwargs"]),
             "max_attempts": definition.get_max_attempts(),
             "keep_result": definition.keep_result,
+            "unique_key": unique_key_of(definition, schedule["args"], schedule["kwargs"]),
             "notify": get_config().LISTEN_NOTIFY,
         },
     )
-    return rows[0]["job_id"] if rows else None
+    if not rows:
+        return None
+    return SKIPPED if rows[0]["job_id"] is None else rows[0]["job_id"]
+
+
+def unfit(definition: Any, args: Any, kwargs: Any) -> str | None:
+    """Why a schedule's arguments cannot be enqueued for its job (they no longer fit its
+    signature, or its unique key cannot be computed from them); None: they can."""
+    try:
+        definition.check_arguments(args, kwargs)
+        unique_key_of(definition, args, kwargs)
+    except (TypeError, ValueError) as error:
+        return str(error)
+    return None
+
+
+SKIPPED = 0  # fire(): the job was not enqueued, one holding its unique key is in flight
+
+
+def unique_key_of(definition: Any, args: list, kwargs: dict) -> str | None:
+    """The unique key the job's ``@job(unique_key=...)`` gives these arguments, as enqueue()
+    computes it (None: no key)."""
+    if getattr(definition, "unique_key", None) is None:
+        return None
+    return check_unique_key(definition.unique_key(*args, **kwargs))
 
 
 def advance(connection: Connection, schedule: dict[str, Any], next_fire: dt.datetime) -> bool:
@@ -110,12 +148,31 @@ def run_now(connection: Connection, schedule, definition: Any) -> int:
     job_id = fire(connection, row, definition, timezone.now(), None, manual=True)
     if job_id is None:  # the same microsecond as another run now
         raise RuntimeError(f"schedule {schedule.name!r} was run now twice at once")
-    return job_id
+    return job_id  # SKIPPED: a job holding its unique key is in flight
 
 
-def sync_declared(connection: Connection, definitions: Iterable[Any]) -> dict[str, int]:
-    """Write each ``@job(cron=...)`` as its schedule row; counts of inserted and updated."""
+def declared_values(declared: cron.Cron) -> tuple:
+    """What a ``Cron`` writes on its row, comparable with ``row_values``."""
+    return (
+        declared.expression,
+        declared.time_zone or "",
+        json.loads(json.dumps(list(declared.args))),
+        json.loads(json.dumps(declared.kwargs)),
+        declared.catch_up,
+    )
+
+
+def row_values(row: dict[str, Any]) -> tuple:
+    return (row["cron"], row["time_zone"], row["args"], row["kwargs"], row["catch_up"])
+
+
+def sync_declared(
+    connection: Connection, definitions: Iterable[Any], now: dt.datetime | None = None
+) -> dict[str, int]:
+    """Write each ``@job(cron=...)`` as its schedule row, its next fire time the first after
+    ``now`` (None: the present); counts of inserted and updated."""
     counts = {"inserted": 0, "updated": 0}
+    definitions = list(definitions)
     for definition in definitions:
         declared = definition.cron
         rows = db.execute(
@@ -128,11 +185,18 @@ def sync_declared(connection: Connection, definitions: Iterable[Any]) -> dict[st
                 "args": json.dumps(list(declared.args)),
                 "kwargs": json.dumps(declared.kwargs),
                 "catch_up": declared.catch_up,
-                "next_fire": first_fire(declared.expression, declared.time_zone or ""),
+                "next_fire": first_fire(declared.expression, declared.time_zone or "", now),
             },
         )
         for row in rows:
             counts[row["what"]] += 1
+    names = [definition.name for definition in definitions]
+    for row in db.execute(connection, "schedules_shadowed", {"job_names": names}):
+        logger.warning(
+            "the schedule declared by @job(cron=...) of %s is not used: a schedule of that name "
+            "added in the admin is, with the admin's definition",
+            row["name"],
+        )
     return counts
 
 

@@ -30,6 +30,7 @@ def run_jobs(
     *,
     concurrency: int = 1,
     with_scheduled: bool = False,
+    with_schedules: bool = False,
     max_rounds: int = 100,
     **worker_options: Any,
 ) -> Stats:
@@ -40,10 +41,18 @@ def run_jobs(
     waiting out their back-off): made due now, again after each round, until none is left, so
     a failing job runs through all its attempts to its dead letter; past ``max_rounds`` rounds
     (a job that schedules itself again and again) it raises ``RuntimeError`` naming the jobs
-    still scheduled. Without it, failed jobs are retried later, as in production."""
+    still scheduled. Without it, failed jobs are retried later, as in production.
+
+    ``with_schedules=True`` also fires the recurring jobs due (``@job(cron=...)``, the admin's
+    schedules), as a worker does; without it only the jobs the test enqueued run."""
     total = Stats()
     for _ in range(max_rounds):
-        _add(total, run_burst(queues=queues, concurrency=concurrency, **worker_options))
+        _add(
+            total,
+            run_burst(
+                queues=queues, concurrency=concurrency, schedules=with_schedules, **worker_options
+            ),
+        )
         due = _make_scheduled_due(queues) if with_scheduled else []
         if not due:
             return total

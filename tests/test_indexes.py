@@ -86,6 +86,8 @@ def params_for(name: str) -> dict:
         "metadata": None,
         "task_backend": "",
         "trace_context_json": None,
+        "job_names": ["j1", "j2"],
+        "cron_jobs": ["j1"],
         "results": ["null"] * 3,
         "name": "q3",
         "paused": True,

@@ -11,8 +11,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from django.db import connections
+from helpers import registered_for_the_test, wait_until
 
-from django_pgjobs import schedules
+from django_pgjobs import job, registry, schedules
 from django_pgjobs.models import Job, Schedule, ScheduleFire
 from django_pgjobs.worker.faults import DispatcherDatabase
 from django_pgjobs.worker.scheduler import Scheduler, SchedulerConfig, SchedulerCounts
@@ -43,7 +44,8 @@ def scheduler(clock: Clock, alias: str = "default", **config) -> Scheduler:
 def schedule(cron: str, start: dt.datetime, **fields) -> Schedule:
     """A schedule added as an operator does, its first fire time computed at ``start``."""
     fields.setdefault("args", ["tick"])
-    row = Schedule(name=fields.pop("name", cron), job_name=RECORD, cron=cron, **fields)
+    fields.setdefault("job_name", RECORD)
+    row = Schedule(name=fields.pop("name", cron), cron=cron, **fields)
     row.next_fire_at = schedules.first_fire(cron, row.time_zone, start)
     row.save()
     return row
@@ -205,6 +207,59 @@ def test_a_schedule_changed_after_a_look_is_not_fired_with_the_old_definition():
     assert schedules.fire(connections["default"], due, demo.record, now, None) is None
 
 
+def test_an_edit_committed_while_a_fire_runs_keeps_the_new_definitions_next_fire_time():
+    """An operator's edit (a new cron and its next fire time) holds the row when a worker fires
+    the old definition's due time: the fire waits for the edit, then fires nothing, and the new
+    next fire time stays (the old definition's later one must not overwrite it)."""
+    start = dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC)
+    row = schedule("0 * * * *", start)  # hourly: due at 10:00
+    now = dt.datetime(2026, 1, 5, 10, 0, 10, tzinfo=UTC)
+    (due,) = schedules.due(connections["default"], now).schedules
+    edited = dt.datetime(2026, 1, 5, 10, 1, tzinfo=UTC)
+    operator = connections.create_connection("default")
+    operator.set_autocommit(False)
+    results: list = []
+
+    def fire() -> None:
+        try:
+            eleven = dt.datetime(2026, 1, 5, 11, 0, tzinfo=UTC)
+            fire_time = due["next_fire_at"]
+            results.append(
+                schedules.fire(connections["default"], due, demo.record, fire_time, eleven)
+            )
+        except BaseException as error:  # reported by the test
+            results.append(error)
+        finally:
+            connections.close_all()
+
+    try:
+        with operator.cursor() as cursor:
+            cursor.execute(
+                "UPDATE pgjobs_schedule SET cron = '* * * * *', next_fire_at = %s,"
+                " changed_at = now() WHERE id = %s",
+                [edited, row.pk],
+            )
+        thread = threading.Thread(target=fire)
+        thread.start()
+        with connections["default"].cursor() as cursor:
+
+            def waiting() -> bool:
+                cursor.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND query LIKE '%%pgjobs_schedule_fire%%'"
+                )
+                return cursor.fetchone()[0] == 1
+
+            wait_until(waiting, timeout=30, interval=0.02)
+        operator.commit()
+        thread.join(timeout=30)
+    finally:
+        operator.close()
+    row.refresh_from_db()
+    assert (row.cron, row.next_fire_at) == ("* * * * *", edited)
+    assert results == [None] and not fire_times(row)
+
+
 def test_a_fire_time_already_passed_is_not_fired_again_after_its_row_is_pruned():
     start = dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC)
     row = schedule("* * * * *", start)
@@ -243,24 +298,128 @@ def test_the_schedules_declared_in_code_are_written_as_rows_once(declared):
     assert Schedule.objects.get(name=minute.name).paused
 
 
-def test_a_schedule_added_in_the_admin_is_not_overwritten_by_a_declared_one(declared):
+def test_a_schedule_added_in_the_admin_is_not_overwritten_by_a_declared_one(declared, caplog):
     Schedule.objects.create(
         name=declared.every_minute.name, job_name=RECORD, cron="@hourly", args=["mine"]
     )
     assert scheduler(Clock(dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC))).run_once().synced == 1
     row = Schedule.objects.get(name=declared.every_minute.name)
     assert (row.cron, row.source, row.args) == ("@hourly", "admin", ["mine"])
+    assert (
+        f"the schedule declared by @job(cron=...) of {row.name} is not used: a schedule of that "
+        "name added in the admin is" in caplog.text
+    )
 
 
-def test_a_due_schedule_whose_job_is_unknown_is_kept_and_logged(caplog):
+def test_due_schedules_whose_job_is_unknown_are_kept_and_do_not_fill_the_looks():
+    """Limit-many schedules naming jobs this worker does not know (renamed in a release) are
+    left to the workers that know them: the good one behind them fires, no look is repeated."""
     start = dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC)
-    row = schedule("* * * * *", start, name="gone")
-    Schedule.objects.filter(pk=row.pk).update(job_name="myapp.jobs.removed")
-    unit = scheduler(Clock(start + dt.timedelta(minutes=1)))
-    assert unit.run_once().unknown == 1
-    assert unit.run_once().unknown == 1
-    assert caplog.text.count("names job 'myapp.jobs.removed', which this worker does not") == 1
-    assert Schedule.objects.filter(pk=row.pk).exists() and fire_times(row) == []
+    gone = [schedule("* * * * *", start - dt.timedelta(days=1), name=f"gone {n}") for n in (1, 2)]
+    Schedule.objects.filter(name__startswith="gone").update(job_name="myapp.jobs.removed")
+    good = schedule("* * * * *", start, name="good")
+    unit = scheduler(Clock(start + dt.timedelta(minutes=1)), limit=2)
+    assert unit.run_once().fired == 1 and unit.wait_seconds() > 0
+    assert fire_times(good) == [dt.datetime(2026, 1, 5, 9, 1, tzinfo=UTC)]
+    for row in gone:
+        assert Schedule.objects.filter(pk=row.pk).exists() and fire_times(row) == []
+
+
+def test_a_schedule_declared_in_code_whose_job_lost_its_cron_fires_nothing():
+    """The next release keeps the job but removes cron= from its @job: its row is not fired
+    (pgjobs.W003 and the admin say it), and does not fill the looks."""
+    start = dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC)
+    row = schedule("* * * * *", start, name=RECORD, source="code")  # demo.record: no cron=
+    other = schedule("* * * * *", start, name="added in the admin")
+    unit = scheduler(Clock(start + dt.timedelta(minutes=5)), limit=1)
+    assert unit.run_once().fired == 2  # 09:04 (catch_up) and 09:05
+    assert unit.run_once().fired == 0 and unit.wait_seconds() > 0
+    assert fire_times(row) == [] and len(fire_times(other)) == 2
+
+
+def _overlap() -> None:
+    pass
+
+
+def test_a_recurring_job_with_a_unique_key_is_not_enqueued_while_one_is_in_flight():
+    """An every-minute job meant never to overlap (its unique_key): while its job waits or
+    runs, the following fire times are spent with no job (recorded as skipped), not piled up."""
+    declared = job(name="tests.no_overlap", unique_key=lambda: "only-one")(_overlap)
+    registry._REGISTRY.pop(declared.name, None)
+    start = dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC)
+    with registered_for_the_test(declared):
+        row = schedule("* * * * *", start, job_name=declared.name, args=[])
+        clock = Clock(start)
+        unit = scheduler(clock)
+        counts = []
+        for minute in range(1, 4):  # no worker runs the jobs: the first one still waits
+            clock.now = start + dt.timedelta(minutes=minute, seconds=-30)
+            counts.append(unit.run_once())
+        assert [(c.fired, c.held) for c in counts] == [(1, 0), (0, 1), (0, 1)]
+        (waiting,) = Job.objects.filter(name=declared.name)
+        assert waiting.unique_key == "only-one"
+        assert len(fire_times(row)) == 3
+        assert ScheduleFire.objects.filter(job_id__isnull=True).count() == 2
+        assert Schedule.objects.get(pk=row.pk).last_job_id == waiting.id  # the one in flight
+        Job.objects.all().delete()  # it ran: the next fire time enqueues again
+        clock.now += dt.timedelta(minutes=1)
+        assert unit.run_once().fired == 1
+
+
+def test_a_schedule_whose_arguments_no_longer_fit_its_job_is_not_fired(caplog):
+    """The job's signature changed in a release: each job would be dead-lettered at once
+    (BadArguments). The fire time is passed over, logged once; the schedule fires again once
+    its arguments are fixed."""
+    start = dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC)
+    row = schedule("* * * * *", start, args=["a", "b", "c", "d"], kwargs={"gone": 1})
+    clock = Clock(start + dt.timedelta(minutes=1))
+    unit = scheduler(clock)
+    counts = unit.run_once()
+    assert (counts.fired, counts.invalid) == (0, 1)
+    clock.now += dt.timedelta(minutes=1)
+    assert (unit.run_once().invalid, Job.objects.count()) == (1, 0)
+    assert caplog.text.count("has arguments that do not fit its job") == 1
+    row.refresh_from_db()
+    assert row.next_fire_at == dt.datetime(2026, 1, 5, 9, 3, tzinfo=UTC)
+    Schedule.objects.filter(pk=row.pk).update(args=["fixed"], kwargs={})
+    clock.now += dt.timedelta(minutes=1)
+    assert unit.run_once().fired == 1
+
+
+def _nightly() -> None:
+    pass
+
+
+def test_a_code_row_written_back_by_an_older_release_is_warned_about_by_a_newer_worker(caplog):
+    """Rolling deploy: a worker of the old release (re)starting after the new release's first
+    writes the old cron back; the new release's workers, which wrote theirs at start, say so
+    (once) when they fire that row. The clock of the scheduler (a test's) also plans the
+    declared schedules' first fire times."""
+    new = job(name="tests.nightly", cron="* * * * *")(_nightly)
+    old = job(name="tests.nightly", cron="*/2 * * * *")(_nightly)
+    registry._REGISTRY.pop(new.name, None)
+    start = dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC)
+    clock = Clock(start)
+    with registered_for_the_test(new):
+        newer = scheduler(clock)
+        assert newer.run_once().synced == 1
+    row = Schedule.objects.get(name=new.name)
+    assert row.next_fire_at == dt.datetime(2026, 1, 5, 9, 1, tzinfo=UTC)  # the test's clock
+    with registered_for_the_test(old):
+        assert scheduler(clock).run_once().synced == 1  # the old release restarts
+    with registered_for_the_test(new):
+        for minute in (2, 4):
+            clock.now = start + dt.timedelta(minutes=minute)
+            assert newer.run_once().fired == 1
+    assert caplog.text.count("differs from this worker's @job(cron=...) ('* * * * *')") == 1
+
+
+def test_missed_fire_times_past_the_count_limit_are_logged_as_at_least(caplog):
+    start = dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC)
+    schedule("* * * * *", start, catch_up=0)
+    unit = scheduler(Clock(start + dt.timedelta(days=30)))  # 43,200 minutes missed
+    assert unit.run_once().skipped == 10_000
+    assert "at least 10000 fire time(s) missed while no worker ran were skipped" in caplog.text
 
 
 def test_a_row_written_without_its_next_fire_time_starts_at_the_next_one():
@@ -289,6 +448,24 @@ def test_a_hand_made_row_that_cannot_be_read_is_logged_and_the_others_still_fire
     )
     assert "schedule 'bad zone' cannot be read (unknown time zone 'X/Y')" in caplog.text
     assert fire_times(good) == [dt.datetime(2026, 1, 5, 9, 1, tzinfo=UTC)]
+
+
+def test_hand_made_rows_that_cannot_be_read_are_looked_at_again_later_not_at_every_look():
+    start = dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC)
+    for number in range(2):
+        Schedule.objects.create(
+            name=f"bad {number}", job_name=RECORD, cron="every day", next_fire_at=start
+        )
+    good = schedule("* * * * *", start, name="good")
+    clock = Clock(start + dt.timedelta(minutes=1))
+    unit = scheduler(clock, limit=2, check_seconds=10.0)
+    assert unit.run_once().invalid == 2
+    assert unit.run_once().fired == 1 and unit.wait_seconds() > 0
+    assert fire_times(good) == [dt.datetime(2026, 1, 5, 9, 1, tzinfo=UTC)]
+    later = clock.now + dt.timedelta(seconds=10)
+    assert set(
+        Schedule.objects.filter(cron="every day").values_list("next_fire_at", flat=True)
+    ) == {later}
 
 
 def test_more_due_schedules_than_one_look_takes_are_taken_by_the_next_look_at_once():

@@ -111,6 +111,16 @@ def test_a_schedule_declared_in_code_keeps_its_definition_from_the_code(admin_cl
     assert 'name="cron"' not in page and 'name="paused"' in page
 
 
+def test_a_schedule_declared_in_code_cannot_be_renamed(admin_client):
+    """Its row is found by its job's name at each worker start: renamed, a second row would be
+    written and every fire time would run twice."""
+    row = every_minute(name=RECORD, source="code")
+    page = admin_client.get(f"{CHANGELIST}{row.pk}/change/").content.decode()
+    assert 'name="name"' not in page
+    admin_client.post(f"{CHANGELIST}{row.pk}/change/", {"name": "renamed", "paused": "on"})
+    assert Schedule.objects.get(pk=row.pk).name == RECORD
+
+
 def test_the_schedule_pages_need_staff_and_the_model_permissions(client):
     row = every_minute()
     viewer = make_user("schedule viewer", perms=("view_schedule",))
@@ -140,6 +150,26 @@ def test_run_now_needs_a_post_with_a_csrf_token(superuser):
     response = client.post(CHANGELIST, {"action": "run_now", "_selected_action": [row.pk]})
     assert response.status_code == 403
     assert not ScheduleFire.objects.exists()
+
+
+def test_a_code_schedule_whose_job_lost_its_cron_is_reported_by_the_check_and_admin(
+    admin_client,
+):
+    every_minute(name=RECORD, source="code")  # demo.record declares no cron= (any more)
+    every_minute(name="added here")  # an admin schedule of a job without cron=: fine
+    (warning,) = [m for m in run_checks(databases=["default"]) if m.id == "pgjobs.W003"]
+    assert repr(RECORD) in warning.msg and "no longer declares cron=" in warning.msg
+    page = admin_client.get(CHANGELIST).content.decode()
+    assert page.count("(no longer declares cron=: fires nothing)") == 1
+
+
+def test_a_schedule_whose_arguments_do_not_fit_is_reported_by_the_check_and_admin(admin_client):
+    every_minute(name="stale", args=["a", "b", "c", "d"], kwargs={"gone": 1})
+    every_minute(name="fine")
+    (warning,) = [m for m in run_checks(databases=["default"]) if m.id == "pgjobs.W004"]
+    assert "'stale' has arguments that do not fit" in warning.msg
+    page = html.unescape(admin_client.get(CHANGELIST).content.decode())
+    assert page.count("(arguments do not fit: ") == 1
 
 
 def test_a_schedule_whose_job_is_gone_is_reported_by_the_check_and_the_admin(admin_client):

@@ -118,7 +118,7 @@ def test_skipped_versions_are_check_w002(own_registry):
     def skips() -> None: ...
 
     (warning,) = check_job_versions()
-    assert warning.id == "pgjobs.W004"
+    assert warning.id == "pgjobs.W005"
     assert "'versions.skips' is version 4 but upgrade has no step from versions 1, 3" in warning.msg
 
 

@@ -108,7 +108,9 @@ class ScheduleAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         fields = list(super().get_readonly_fields(request, obj))
         if obj is not None and obj.source == "code":
-            fields += DEFINITION  # the code owns them: changed there, synced at worker start
+            # the code owns them: changed there, synced at worker start; the name too (the row
+            # is found by it: renamed, the next worker start would add a second, firing twice)
+            fields += ["name", *DEFINITION]
         return fields
 
     def get_fields(self, request, obj=None):
@@ -128,7 +130,22 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     @admin.display(description="job", ordering="job_name")
     def job(self, obj):
-        if obj.job_name in registry.registered():
+        known = registry.registered()
+        if obj.job_name in known:
+            if obj.source == "code" and known[obj.job_name].cron is None:
+                return format_html(
+                    '<span class="errornote" title="pgjobs.W003">{} (no longer declares cron=: '
+                    "fires nothing)</span>",
+                    display.short_name(obj.job_name),
+                )
+            problem = schedules.unfit(known[obj.job_name], obj.args, obj.kwargs)
+            if problem is not None:
+                return format_html(
+                    '<span class="errornote" title="pgjobs.W004">{} (arguments do not fit: {}; '
+                    "fires nothing)</span>",
+                    display.short_name(obj.job_name),
+                    problem,
+                )
             return display.short_name(obj.job_name)
         return format_html(
             '<span class="errornote" title="pgjobs.W002">{} (job not registered: fires '
@@ -188,7 +205,9 @@ class ScheduleAdmin(admin.ModelAdmin):
         )
         outcomes = {}
         for job_id in job_ids:
-            if job_id in jobs:
+            if job_id is None:
+                outcomes[job_id] = "skipped (a job with its unique key was ready or running)"
+            elif job_id in jobs:
                 url = reverse("admin:django_pgjobs_job_change", args=[job_id])
                 outcomes[job_id] = format_html(
                     '<a href="{}">job #{}: {}</a>', url, job_id, jobs[job_id]
@@ -230,4 +249,9 @@ class ScheduleAdmin(admin.ModelAdmin):
                 messages.error(request, f"{row.name}: job {row.job_name} is not registered.")
                 continue
             job_id = schedules.run_now(connection, row, definition)
+            if job_id == schedules.SKIPPED:
+                messages.warning(
+                    request, f"{row.name}: not run, a job with its unique key is ready or running."
+                )
+                continue
             messages.success(request, f"Ran {row.name} now: job #{job_id}.")

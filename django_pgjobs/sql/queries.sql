@@ -1220,16 +1220,22 @@ WHERE relname IN ('pgjobs_job', 'pgjobs_deadletter') AND relkind = 'r';
 -- The scheduler's look (django_pgjobs/schedules.py): the active schedules due at `now` (the
 -- database clock when NULL; a test's clock otherwise), oldest first, and on every row the clock
 -- and the next fire time of the others (when to look again). One row with NULL schedule columns
--- when none is due. Served by pgjobs_schedule_due_idx.
+-- when none is due. Only the schedules of `job_names` (the jobs this worker knows): one naming
+-- a job it does not know (pgjobs.W002) is another release's to fire, and never fills the look;
+-- so is one declared in code whose job here declares no cron= (`cron_jobs`: those that do;
+-- pgjobs.W003: the decorator lost its cron=).
+-- Served by pgjobs_schedule_due_idx.
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, now()) AS db_now)
 SELECT clock.db_now,
        (SELECT min(next_fire_at) FROM pgjobs_schedule
         WHERE NOT paused AND next_fire_at > clock.db_now) AS next_wake,
        s.id, s.name, s.job_name, s.cron, s.time_zone, s.args, s.kwargs, s.catch_up,
-       s.next_fire_at, s.changed_at
+       s.next_fire_at, s.changed_at, s.source
 FROM clock
 LEFT JOIN pgjobs_schedule AS s
        ON NOT s.paused AND (s.next_fire_at IS NULL OR s.next_fire_at <= clock.db_now)
+      AND s.job_name = ANY(%(job_names)s::text[])
+      AND (s.source <> 'code' OR s.job_name = ANY(%(cron_jobs)s::text[]))
 ORDER BY s.next_fire_at NULLS FIRST, s.id
 LIMIT %(limit)s;
 
@@ -1241,41 +1247,56 @@ LIMIT %(limit)s;
 -- (`manual` false) also needs the schedule active, unchanged since the worker read it
 -- (`changed_at`), and not past that time already (`next_fire_at`, only moved forward here), so
 -- a slow worker never fires a time again after its fire row was pruned. Run now (`manual`)
--- needs none of that. Returns the job's id; no row: not fired.
+-- needs none of that. The schedule row is locked first: an operator's edit being committed
+-- is waited for and its new row checked (changed: not fired), so the fire never sets the old
+-- definition's next fire time over the new one's. A job with a unique key (`unique_key`, its
+-- @job(unique_key=...) of the schedule's arguments) is not enqueued while a job holding that key
+-- is ready or running: the fire row is kept with no job (`job_id` NULL: skipped) and the next
+-- fire time still moves on. Returns the job's id (NULL: skipped); no row: not fired.
 WITH schedule AS (
     SELECT id FROM pgjobs_schedule
     WHERE id = %(schedule_id)s
       AND (%(manual)s OR (NOT paused AND changed_at = %(changed_at)s
                           AND next_fire_at <= %(fire_time)s))
+    FOR NO KEY UPDATE
 ),
 fire AS (
     INSERT INTO pgjobs_schedule_fire (schedule_id, fire_time, job_id, manual, fired_at)
-    SELECT id, %(fire_time)s, nextval(pg_get_serial_sequence('pgjobs_job', 'id')), %(manual)s,
-           now()
+    SELECT id, %(fire_time)s,
+           CASE WHEN NOT EXISTS (SELECT 1 FROM pgjobs_job
+                                 WHERE unique_key = %(unique_key)s
+                                   AND status IN ('ready', 'running'))
+                THEN nextval(pg_get_serial_sequence('pgjobs_job', 'id')) END,
+           %(manual)s, now()
     FROM schedule
     ON CONFLICT (schedule_id, fire_time) DO NOTHING
     RETURNING schedule_id, job_id
 ),
 job AS (
     INSERT INTO pgjobs_job (id, name, queue, priority, args, kwargs, status, run_after, attempts,
-                            max_attempts, created_at, worker, errors, keep_result)
+                            max_attempts, created_at, worker, errors, keep_result, unique_key)
     SELECT fire.job_id, %(name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb,
-           'ready', now(), 0, %(max_attempts)s, now(), '', '[]'::jsonb, %(keep_result)s::boolean
+           'ready', now(), 0, %(max_attempts)s, now(), '', '[]'::jsonb, %(keep_result)s::boolean,
+           %(unique_key)s
     FROM fire
+    WHERE fire.job_id IS NOT NULL
+    ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
+    DO NOTHING
     RETURNING id, queue
 ),
 marked AS (
     UPDATE pgjobs_schedule AS s
-    SET last_fire_at = %(fire_time)s, last_job_id = job.id,
+    SET last_fire_at = %(fire_time)s, last_job_id = COALESCE((SELECT id FROM job), s.last_job_id),
         next_fire_at = CASE WHEN %(manual)s THEN s.next_fire_at
                             ELSE GREATEST(s.next_fire_at, %(next_fire)s::timestamptz) END
-    FROM job
+    FROM fire
     WHERE s.id = %(schedule_id)s
     RETURNING s.id
 )
 SELECT job.id AS job_id,
-       CASE WHEN %(notify)s THEN pg_notify('pgjobs', job.queue) END IS NULL AS _notified
-FROM job, (SELECT count(*) FROM marked) AS m;
+       CASE WHEN %(notify)s AND job.id IS NOT NULL THEN pg_notify('pgjobs', job.queue) END
+           IS NULL AS _notified
+FROM fire LEFT JOIN job ON true, (SELECT count(*) FROM marked) AS m;
 
 -- name: advance_schedule
 -- Move a schedule's next fire time without firing (its first one; missed times skipped), if
@@ -1304,6 +1325,13 @@ WHERE pgjobs_schedule.source = 'code'
       (EXCLUDED.job_name, EXCLUDED.cron, EXCLUDED.time_zone, EXCLUDED.args, EXCLUDED.kwargs,
        EXCLUDED.catch_up)
 RETURNING CASE WHEN xmax = 0 THEN 'inserted' ELSE 'updated' END AS what;
+
+-- name: schedules_shadowed
+-- Of the schedules declared in code (`job_names`), those whose name a schedule added in the admin
+-- holds: sync_schedule leaves it alone, so the declaration fires nothing (said at worker start).
+SELECT name FROM pgjobs_schedule
+WHERE name = ANY(%(job_names)s::text[]) AND source <> 'code'
+ORDER BY name;
 
 -- name: prune_schedule_fires
 -- Delete fire rows older than `keep_seconds` (at most `limit`): a scheduled fire needs the

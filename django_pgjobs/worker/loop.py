@@ -174,7 +174,11 @@ class Worker:
                     dead_letters=DeadLetterRetention(*o.dead_letter_retention),
                 ),
             ),
-            Scheduler(db, SchedulerConfig(misfire_grace_seconds=o.misfire_grace)),
+            *(
+                [Scheduler(db, SchedulerConfig(misfire_grace_seconds=o.misfire_grace))]
+                if o.schedules
+                else []
+            ),
             StatsLog(StatsLogConfig(o.stats_interval), self.state.stats),
             *(
                 [outbox_relay.relay_from_settings(db, o.outbox_publisher)]

@@ -40,6 +40,7 @@ class WorkerOptions:
     stats_interval: float
     install_signal_handlers: bool
     inline: bool  # on the caller's thread and connection (``inline.py``): run_jobs() in a test
+    schedules: bool  # fire the recurring jobs (``scheduler.py``); default: not a burst worker
     liveness_file: str | None  # None: none written
     only_ids: tuple[int, ...] | None  # claim only these jobs (immediate mode); None: any
     # from the settings
@@ -74,6 +75,7 @@ class WorkerOptions:
         stats_interval: float = STATS_INTERVAL_SECONDS,
         install_signal_handlers: bool = True,
         inline: bool = False,
+        schedules: bool | None = None,
         liveness_file: str | os.PathLike | None = None,
         only_ids: Sequence[int] | None = None,
     ) -> WorkerOptions:
@@ -100,6 +102,9 @@ class WorkerOptions:
             stats_interval=check_positive_seconds("stats_interval", stats_interval),
             install_signal_handlers=bool(install_signal_handlers) and not inline,
             inline=bool(inline),
+            # a burst worker (run_jobs() in a test, a drain) runs what was enqueued, not the
+            # recurring jobs: it would write schedule rows and enqueue jobs nobody asked for
+            schedules=not burst if schedules is None else bool(schedules),
             liveness_file=None if liveness_file is None else _liveness_file(liveness_file),
             only_ids=None if only_ids is None else tuple(int(i) for i in only_ids),
             **_from_settings(config, inline),

@@ -39,8 +39,9 @@ class SchedulerCounts:
     taken: int = 0  # fire times another worker had fired (or the schedule changed meanwhile)
     skipped: int = 0  # missed fire times left out by their schedule's catch_up
     unknown: int = 0  # due schedules whose job this worker does not know
-    invalid: int = 0  # due schedules whose expression or time zone cannot be read (hand-made)
+    invalid: int = 0  # due schedules whose expression, time zone or arguments do not do
     synced: int = 0  # schedules declared in code written as rows (inserted or changed)
+    held: int = 0  # fire times spent without a job: one holding its unique key was in flight
 
 
 class Scheduler(MaintenanceUnit):
@@ -56,6 +57,7 @@ class Scheduler(MaintenanceUnit):
         self.db, self.config, self.clock = db, config, clock
         self.synced = False
         self.warned: set[int] = set()  # schedules whose unknown job or bad row was logged
+        self.differing: set[tuple] = set()  # code rows seen differing from this declaration
         self.pruned_at = float("-inf")
         self.next_wake: dt.datetime | None = None  # the next fire time seen by the last look
         self.last_now: dt.datetime | None = None  # the clock of the last look
@@ -87,14 +89,16 @@ class Scheduler(MaintenanceUnit):
         synced = 0
         if not self.synced:
             declared = [d for d in registry.registered().values() if d.cron is not None]
-            synced = sum(schedules.sync_declared(connection, declared).values())
+            clock = self.clock() if self.clock else None
+            synced = sum(schedules.sync_declared(connection, declared, clock).values())
             self.synced = True
         found = schedules.due(connection, self.clock() if self.clock else None, self.config.limit)
         self.last_now, self.next_wake = found.now, found.next_wake
         self.more_due = len(found.schedules) >= self.config.limit
         counts = [self._handle_readable(row, found.now) for row in found.schedules]
         self._maybe_prune()
-        result = SchedulerCounts(*(sum(c[i] for c in counts) for i in range(5)), synced=synced)
+        sums = [sum(c[i] for c in counts) for i in range(6)]
+        result = SchedulerCounts(*sums[:5], synced=synced, held=sums[5])
         if logger.isEnabledFor(logging.DEBUG):  # runjobs -v 2
             logger.debug(
                 "schedules looked at %s: %d due, %d fired, %d fired elsewhere",
@@ -109,29 +113,34 @@ class Scheduler(MaintenanceUnit):
         """``_handle``, and (0, 0, 0, 0, 1) for a row the admin and ``@job`` would have refused
         (written by hand): logged once, the other schedules still fire."""
         try:
-            return (*self._handle(row, now), 0)
+            return self._handle(row, now)
         except (ValueError, RuntimeError, StopIteration) as error:
             self._warn_once(row, "cannot be read (%s): not fired", error)
-            return 0, 0, 0, 0, 1
+            # looked at again after check_seconds (fixed in the admin meanwhile, it fires), not
+            # at every look: it would fill them, and the schedules behind it would never fire
+            later = now + dt.timedelta(seconds=self.config.check_seconds)
+            schedules.advance(self.db.connection(), row, later)
+            return 0, 0, 0, 0, 1, 0
 
     def _warn_once(self, row: dict, message: str, *args) -> None:
         if row["id"] not in self.warned:
             self.warned.add(row["id"])
             logger.warning("schedule %r " + message, row["name"], *args)
 
-    def _handle(self, row: dict, now: dt.datetime) -> tuple[int, int, int, int]:
-        """(fired, taken, skipped, unknown) for one due schedule."""
+    def _handle(self, row: dict, now: dt.datetime) -> tuple[int, ...]:
+        """(fired, taken, skipped, unknown, invalid, held) for one due schedule."""
         connection = self.db.connection()
         try:
             definition = registry.get(row["job_name"])
         except registry.UnknownJobError:
             message = "names job %r, which this worker does not know: not fired (pgjobs.W002)"
             self._warn_once(row, message, row["job_name"])
-            return 0, 0, 0, 1
+            return 0, 0, 0, 1, 0, 0
+        self._warn_if_declared_otherwise(row, definition)
         time_zone = schedules.time_zone_of(row["time_zone"])
         if row["next_fire_at"] is None:  # a row written by hand: start from now
             schedules.advance(connection, row, cron.next_after(row["cron"], time_zone, now))
-            return 0, 0, 0, 0
+            return 0, 0, 0, 0, 0, 0
         plan = cron.plan(
             row["cron"],
             time_zone,
@@ -142,23 +151,54 @@ class Scheduler(MaintenanceUnit):
         )
         if plan.skipped:
             logger.warning(
-                "schedule %r: %d fire time(s) missed while no worker ran were skipped "
+                "schedule %r: %s%d fire time(s) missed while no worker ran were skipped "
                 "(catch_up=%d)",
                 row["name"],
+                "at least " if plan.skipped >= cron.COUNT_LIMIT else "",
                 plan.skipped,
                 row["catch_up"],
             )
         if self.next_wake is None or plan.next_fire < self.next_wake:
             self.next_wake = plan.next_fire
-        if not plan.fire:
+        problem = schedules.unfit(definition, row["args"], row["kwargs"]) if plan.fire else None
+        if problem is not None:  # each job would be dead-lettered (BadArguments)
+            self._warn_once(row, "has arguments that do not fit its job (%s): not fired", problem)
+        if not plan.fire or problem is not None:
             schedules.advance(connection, row, plan.next_fire)
-            return 0, 0, plan.skipped, 0
-        fired = 0
+            return 0, 0, plan.skipped, 0, int(problem is not None), 0
+        fired = held = 0
         for index, fire_time in enumerate(plan.fire):
             following = plan.fire[index + 1] if index + 1 < len(plan.fire) else plan.next_fire
-            if schedules.fire(connection, row, definition, fire_time, following) is not None:
+            job_id = schedules.fire(connection, row, definition, fire_time, following)
+            if job_id == schedules.SKIPPED:
+                held += 1
+                logger.info(
+                    "schedule %r: fire time %s not enqueued, a job with its unique key is "
+                    "ready or running",
+                    row["name"],
+                    fire_time.isoformat(),
+                )
+            elif job_id is not None:
                 fired += 1
-        return fired, len(plan.fire) - fired, plan.skipped, 0
+        return fired, len(plan.fire) - fired - held, plan.skipped, 0, 0, held
+
+    def _warn_if_declared_otherwise(self, row: dict, definition) -> None:
+        """A row declared in code that differs from this worker's declaration: written by a
+        worker of another release (the last to start writes it). Said once per definition."""
+        if row.get("source") != "code" or definition.cron is None:
+            return
+        if schedules.declared_values(definition.cron) == schedules.row_values(row):
+            return
+        key = (row["id"], row["changed_at"])
+        if key not in self.differing:
+            self.differing.add(key)
+            logger.warning(
+                "schedule %r: its row (cron %r, written by a worker of another release) differs "
+                "from this worker's @job(cron=...) (%r): the row's definition fires",
+                row["name"],
+                row["cron"],
+                definition.cron.expression,
+            )
 
     def _maybe_prune(self) -> None:
         config, now = self.config, time.monotonic()
