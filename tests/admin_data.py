@@ -23,6 +23,7 @@ from django_pgjobs.models import (
     QueueState,
     Schedule,
     Worker,
+    Workflow,
 )
 
 PASSWORD = "correct horse battery staple"
@@ -223,6 +224,10 @@ def seed(rng: random.Random | None = None) -> dict:
         last_seen_at=now - timedelta(minutes=4),
     )
     QueueState.objects.create(name="payments", paused=False)
+    # a workflow half way: its list and page have a row to show
+    rows["workflow"] = Workflow.objects.create(
+        name="resize x2 > zip", step=0, remaining=1, sizes=[2, 1], created_at=now
+    )
     minute = now.replace(second=0, microsecond=0)
     stats = []
     for back in range(60):
