@@ -31,7 +31,7 @@ class CheckedArguments(NamedTuple):
 
 def parse_arguments(args_text: str, kwargs_text: str) -> tuple[list, dict]:
     """The arguments of an edit form: a JSON array and a JSON object."""
-    values = []
+    values: list[Any] = []
     for label, text, kind in (("args", args_text, list), ("kwargs", kwargs_text, dict)):
         try:
             value = json.loads(text or ("[]" if kind is list else "{}"))

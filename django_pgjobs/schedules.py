@@ -13,7 +13,7 @@ import datetime as dt
 import json
 import logging
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeAlias
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
@@ -25,7 +25,7 @@ from .validation import check_unique_key
 
 logger = logging.getLogger("django_pgjobs.worker")
 
-Connection = BaseDatabaseWrapper
+Connection: TypeAlias = BaseDatabaseWrapper
 
 
 def time_zone_of(name: str) -> str:

@@ -23,6 +23,7 @@ from .models import Job
 from .operations import run_jobs_now
 from .registry import JobDefinition, resolve
 from .worker import Stats, Worker
+from .worker.inline import InlineExecutors
 
 
 def run_jobs(
@@ -81,7 +82,7 @@ def run_burst(*, concurrency: int = 1, **worker_options: Any) -> Stats:
         **worker_options,
     )
     worker.run()
-    if inline:  # Ctrl-C in a job: recorded as its failure, then raised here
+    if isinstance(worker.executors, InlineExecutors):  # Ctrl-C in a job: recorded, then raised
         worker.executors.raise_if_interrupted()
     return worker.stats
 

@@ -97,8 +97,10 @@ class Scheduler(MaintenanceUnit):
         self.more_due = len(found.schedules) >= self.config.limit
         counts = [self._handle_readable(row, found.now) for row in found.schedules]
         self._maybe_prune()
-        sums = [sum(c[i] for c in counts) for i in range(6)]
-        result = SchedulerCounts(*sums[:5], synced=synced, held=sums[5])
+        fired, taken, skipped, unknown, invalid, held = (
+            sum(c[i] for c in counts) for i in range(6)
+        )
+        result = SchedulerCounts(fired, taken, skipped, unknown, invalid, synced=synced, held=held)
         if logger.isEnabledFor(logging.DEBUG):  # runjobs -v 2
             logger.debug(
                 "schedules looked at %s: %d due, %d fired, %d fired elsewhere",
