@@ -95,6 +95,15 @@ class WorkerProcess:
         self.popen.send_signal(signal.SIGKILL)
         self.popen.wait(10)
 
+    def kill_group(self) -> None:
+        """SIGKILL the process and whatever it started (``runjobs --reload``'s worker child):
+        a child left running after a failed test would claim the next tests' jobs."""
+        try:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # the whole group has exited
+        self.popen.wait(10)
+
     def wait(self, timeout: float = 60) -> int:
         return self.popen.wait(timeout)
 
@@ -117,8 +126,7 @@ def command_starter(command: str, logs: Path) -> Iterator[Callable[..., WorkerPr
         yield start
     finally:
         for process in started:
-            if process.popen.poll() is None:
-                process.kill()
+            process.kill_group()
 
 
 def start_command(command: str, args, log: Path, env: dict[str, str] | None) -> WorkerProcess:
@@ -137,6 +145,7 @@ def start_command(command: str, args, log: Path, env: dict[str, str] | None) -> 
         env=environment,
         stdout=handle,
         stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group: the end of the test kills its children
     )
     return WorkerProcess(popen, log)
 
