@@ -9,7 +9,14 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-from .limits import ERROR_TYPE_MAX, PRIORITY_MAX, PRIORITY_MIN, QUEUE_NAME_MAX, TASK_BACKEND_MAX
+from .limits import (
+    ERROR_TYPE_MAX,
+    FLOW_KEY_MAX,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    QUEUE_NAME_MAX,
+    TASK_BACKEND_MAX,
+)
 from .outbox.models import OutboxDeadLetter, OutboxEvent, OutboxKey, ProcessedEvent  # noqa: F401
 from .states import Status, View
 
@@ -92,6 +99,13 @@ class Job(RepairColumns):
     )
     # waiting_key as enqueued, kept when the claim clears it: a job back unstarted takes it back
     kept_waiting_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    flow_key = models.CharField(  # noqa: DJ001 (NULL: the plain claim takes it)
+        max_length=FLOW_KEY_MAX,
+        null=True,
+        blank=True,
+        help_text="The flow control key (pgjobs_flow_key) whose limits this job waits on: its "
+        "concurrency key, fairness key, or its job's or queue's rate limit.",
+    )
     timeout = models.FloatField(
         null=True, blank=True, help_text="Seconds this job may run (.using(timeout=...))."
     )
@@ -189,7 +203,21 @@ class Job(RepairColumns):
                 "run_after",
                 "id",
                 name="pgjobs_job_claim_idx",
-                condition=Q(status="ready"),
+                condition=Q(status="ready", flow_key__isnull=True),
+            ),
+            # The flow claim (claim_jobs_flow): a key's ready jobs in FIFO order, and its
+            # running ones (its used slots, counted).
+            models.Index(
+                "flow_key",
+                "run_after",
+                "id",
+                name="pgjobs_job_flow_ready_idx",
+                condition=Q(status="ready", flow_key__isnull=False),
+            ),
+            models.Index(
+                "flow_key",
+                name="pgjobs_job_flow_running_idx",
+                condition=Q(status="running", flow_key__isnull=False),
             ),
             models.Index(
                 "lease_expires_at",
@@ -393,6 +421,7 @@ class Dashboard(Job):
 
 # Tables in modules of their own, imported here so Django finds them (and migrations find
 # ``models.IntegerArrayField``).
+from .flow_models import FlowKey  # noqa: E402, F401
 from .schedule_models import Schedule, ScheduleFire  # noqa: E402, F401
 from .stat_models import IntegerArrayField, QueueStat  # noqa: E402, F401
 from .workflow_models import Workflow  # noqa: E402, F401 (a model of this app: registered with it)

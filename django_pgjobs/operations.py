@@ -110,6 +110,25 @@ def complete(
     return Completed(completed, claimed)
 
 
+class FlowClaimed(NamedTuple):
+    claimed: list[ClaimedJob]  # the jobs the flow claim took
+    wait: float | None  # seconds until a key it looked at is due again (None: none is)
+
+
+def claim_jobs_flow(connection: Connection, claim: Claim, lanes: int) -> FlowClaimed:
+    """Claim due jobs that have a flow key (``flow``), their limits decided in the statement
+    (``claim_jobs_flow``; docs/explanation/flow-control.md), looking at ``lanes`` keys at most.
+    ``claim`` is built as for ``complete(..., claim=...)``: the same stamping, the same rows."""
+    claimed, wait = [], None
+    for row in db.execute(connection, "claim_jobs_flow", {**claim.params, "lanes": lanes}):
+        flow_wait = row.pop("flow_wait")
+        if row["id"] is None:  # the one row that carries the wait
+            wait = flow_wait
+        else:
+            claimed.append(_claimed(row, claim))
+    return FlowClaimed(claimed, wait)
+
+
 def _complete_with_workflow_steps(
     connection: Connection,
     jobs: Sequence[ClaimedJob],

@@ -33,11 +33,13 @@ from .payload import Undecodable
 from .retries import check_exception_classes
 from .uniqueness import HasUniqueRules
 from .validation import (
+    check_concurrency_limit,
     check_max_attempts,
     check_name,
     check_positive_seconds,
     check_priority,
     check_queue,
+    check_rate_limit,
 )
 from .versions import check_options as check_versions
 
@@ -90,6 +92,9 @@ class JobDefinition(CeleryCalls[P, R], HasUniqueRules):
     cron: Cron | None = None  # a recurring job: ``@job(cron="*/5 * * * *")`` (cron.py)
     version: int = 1  # of its payload, with the steps from older ones (``versions``)
     upgrade: dict | None = dataclasses.field(default=None, hash=False, compare=False)
+    # flow control (``flow``): jobs of a key running at once, jobs started per second/minute/hour
+    concurrency_limit: int | None = None
+    rate_limit: str | None = None
 
     def __post_init__(self) -> None:
         if self.queue is not None:
@@ -110,6 +115,10 @@ class JobDefinition(CeleryCalls[P, R], HasUniqueRules):
             )
         if self.timeout is not None:
             check_positive_seconds("timeout", self.timeout)
+        if self.concurrency_limit is not None:
+            check_concurrency_limit(self.concurrency_limit)
+        if self.rate_limit is not None:
+            check_rate_limit(self.rate_limit)
         if self.retry is not None and not isinstance(self.retry, RetryPolicy):
             raise ValueError("retry must be a django_pgjobs.RetryPolicy")
         if self.unique_key is not None and not callable(self.unique_key):
@@ -173,7 +182,8 @@ class JobDefinition(CeleryCalls[P, R], HasUniqueRules):
     def using(self, **options: Any) -> JobWithOptions[P, R]:
         """This job with per-call options (the ``django.tasks`` idiom): ``queue``, ``priority``,
         ``run_after``, ``delay``, ``unique_key``, ``max_attempts``, ``keep_result``,
-        ``timeout``, ``unique_scope``, ``debounce``, ``throttle`` (see ``CallOptions``)."""
+        ``timeout``, ``unique_scope``, ``debounce``, ``throttle``, ``concurrency_key``,
+        ``fairness_key`` (see ``CallOptions``)."""
         return JobWithOptions(self, CallOptions(**options))
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
@@ -323,6 +333,8 @@ def job(
     cron: str | Cron | None = None,
     version: int = 1,
     upgrade: dict | None = None,
+    concurrency_limit: int | None = None,
+    rate_limit: str | None = None,
 ) -> Callable[[Callable[P, R]], JobDefinition[P, R]]: ...
 def job(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     """Register a function as a job; usable bare (``@job``) or with options (``@job(...)``).
@@ -336,7 +348,10 @@ def job(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     these exception classes are retried; others dead-letter at once), ``discard_on`` (these
     dead-letter at once), ``timeout`` (seconds a call may run before it counts as a failed
     attempt, ``JobTimeout``), ``cron`` (recurring: a cron expression or a ``Cron``),
-    ``version`` and ``upgrade`` (payload versions: ``versions``). Async jobs are awaited by the
+    ``version`` and ``upgrade`` (payload versions: ``versions``), ``concurrency_limit`` (jobs
+    of one ``concurrency_key``, or of this job without one, running at once at most) and
+    ``rate_limit`` (``"20/s"``, ``"100/m"``, ``"1000/h"``: jobs started at most, across all
+    workers): docs/howto/flow-control.md. Async jobs are awaited by the
     worker (no ``atomic=True``); generator functions are refused.
     """
 

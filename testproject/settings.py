@@ -141,6 +141,8 @@ PGJOBS = {
         "testproject.handlers.developing",
         # and of docs/howto/workflows.md
         "testproject.handlers.workflows",
+        # and of docs/howto/flow-control.md
+        "testproject.handlers.flow",
         # tests of start-up imports add their own (tests/test_task_imports.py)
         *os.environ.get("PGJOBS_TEST_JOB_MODULES", "").split(),
     ],

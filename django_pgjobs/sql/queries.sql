@@ -25,6 +25,51 @@ SELECT inserted.id, inserted.run_after, inserted.created_at, inserted.unique_key
             THEN pg_notify('pgjobs', inserted.queue) END IS NULL AS _notified
 FROM inserted;
 
+-- name: enqueue_job_flow
+-- enqueue_job for a job with a flow key (flow.py): the same insert, plus the key's row
+-- (pgjobs_flow_key) created with its limits and a full bucket, or told that a job of it is due
+-- at run_after (`ready_at`, only ever made earlier) and given the limits of this enqueue when
+-- they changed. The update touches (and locks, until the caller commits) the key's row only
+-- then: enqueues to a key already due leave it alone, so they never hold up its claims.
+WITH inserted AS (
+    INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
+                            max_attempts, unique_key, timeout, created_at, worker, errors,
+                            keep_result, task_backend, trace_context, version, flow_key)
+    VALUES (%(name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb, 'ready',
+            COALESCE(%(run_after)s::timestamptz, now()), 0, %(max_attempts)s, %(unique_key)s,
+            %(timeout)s::float8, now(), '', '[]'::jsonb, %(keep_result)s::boolean,
+            %(task_backend)s, %(trace_context_json)s::jsonb, %(version)s::int, %(flow_key)s)
+    ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
+    DO NOTHING
+    RETURNING id, queue, run_after, created_at, unique_key
+),
+added AS (
+    INSERT INTO pgjobs_flow_key (key, concurrency_limit, rate, burst, tokens, refilled_at,
+                                 ready_at)
+    SELECT %(flow_key)s, %(concurrency_limit)s::int, %(rate)s::float8, %(burst)s::float8,
+           COALESCE(%(burst)s::float8, 0), now(), inserted.run_after
+    FROM inserted
+    ON CONFLICT (key) DO NOTHING
+),
+told AS (
+    UPDATE pgjobs_flow_key AS k
+    SET ready_at = LEAST(COALESCE(k.ready_at, inserted.run_after), inserted.run_after),
+        concurrency_limit = %(concurrency_limit)s::int,
+        rate = %(rate)s::float8,
+        burst = %(burst)s::float8,
+        tokens = LEAST(k.tokens, COALESCE(%(burst)s::float8, 0))
+    FROM inserted
+    WHERE k.key = %(flow_key)s
+      AND (k.ready_at IS NULL OR k.ready_at > inserted.run_after
+           OR k.concurrency_limit IS DISTINCT FROM %(concurrency_limit)s::int
+           OR k.rate IS DISTINCT FROM %(rate)s::float8
+           OR k.burst IS DISTINCT FROM %(burst)s::float8)
+)
+SELECT inserted.id, inserted.run_after, inserted.created_at, inserted.unique_key,
+       CASE WHEN %(notify)s AND inserted.run_after <= now()
+            THEN pg_notify('pgjobs', 'flow:' || inserted.queue) END IS NULL AS _notified
+FROM inserted;
+
 -- Enqueueing with unique rules (django_pgjobs/uniqueness.py; docs/howto/unique.md). Each is one
 -- statement deciding against a unique index or the throttle window's primary key, never a read
 -- then a write. Each returns the written row whole with `created` (true: inserted, false: a
@@ -267,8 +312,9 @@ WHERE unique_key = %(unique_key)s AND status IN ('ready', 'running');
 -- its executor records its start (mark_started) before running it, not after.
 -- `skip_names`: names of a kind whose slots are full. A claimed job no longer holds a key of the
 -- unique scope 'waiting' (`waiting_key`). `only_ids` (unless `any_id`): the jobs an
--- immediate-mode run claims, those its caller enqueued and no other (immediate.py). Why each
--- part: docs/explanation/claim.md.
+-- immediate-mode run claims, those its caller enqueued and no other (immediate.py). Jobs with a
+-- flow key (limits, fairness) are left to claim_jobs_flow. Why each part:
+-- docs/explanation/claim.md.
 WITH candidates AS (
     SELECT id, priority, run_after, name = ANY(%(async_names)s::text[]) AS is_async
     FROM pgjobs_job
@@ -278,6 +324,7 @@ WITH candidates AS (
       AND (%(any_name)s OR name <> ALL(%(skip_names)s::text[]))
       AND (%(any_id)s OR id = ANY(%(only_ids)s::bigint[]))
       AND queue NOT IN (SELECT name FROM pgjobs_queue WHERE paused)
+      AND flow_key IS NULL
     ORDER BY priority DESC, run_after, id
     LIMIT %(limit)s::int
     FOR UPDATE SKIP LOCKED
@@ -295,6 +342,11 @@ picked AS (
     FROM ranked
     WHERE place <= CASE WHEN is_async THEN %(async_room)s::int ELSE %(sync_room)s::int END
 )
+{{claim_picked}};
+
+-- part: claim_picked
+-- The end of the claim statements: stamp the `picked` jobs (id, starts) as claimed by this
+-- worker under this claim's token, and return what the worker reads of each.
 UPDATE pgjobs_job AS j
 SET status = 'running',
     attempts = j.attempts + 1,
@@ -316,7 +368,126 @@ RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs,
           extract(epoch FROM j.created_at)::float8 AS created_at, j.keep_result,
           j.abort_requested_at IS NOT NULL AS abort_requested, NOT picked.starts AS held,
           j.returned_unstarted AND NOT picked.starts AS start_recorded_first,
-          j.trace_context, j.workflow_id;
+          j.trace_context, j.workflow_id
+
+-- name: claim_jobs_flow
+-- Claim due jobs that have a flow key (concurrency limit, rate limit, fairness key), in one
+-- statement, deciding every limit in it (docs/explanation/flow-control.md):
+-- `lanes`: the due keys, least recently served first, locked FOR UPDATE SKIP LOCKED (a second
+-- claimer skips a key another is deciding on), and skipped too when the last claim that took a
+-- job of the key is not visible to this statement's snapshot (`claimed_xid`): its running jobs
+-- would be missing from the count below (READ COMMITTED re-reads the locked row, not the rest).
+-- `room`: each key's free slots (its limit less its running jobs, counted: a job that ended in
+-- any way frees its slot) and its tokens (the bucket refilled to now, capped at `burst`).
+-- `candidates`: each key's first ready due jobs in FIFO order (run_after, id), as many as its
+-- room; a future-scheduled or retrying job is after them in the index, never ahead.
+-- `picked`: round robin across keys (first job of each key, then the second...), keys least
+-- recently served first, within the claim's limit and each kind's room; stamped as claim_jobs
+-- does (claim_picked). `served`: the keys' new state: tokens spent, served now, and `ready_at`,
+-- when a job of the key may next be claimable (now while jobs of it are out: they may come back
+-- by retry, rescue or release; else its next ready job, and not before its next token).
+-- Returns the claimed rows, then one row with `flow_wait`: seconds to the earliest key due
+-- later (NULL: none), and NULL claim columns.
+WITH lanes AS (
+    SELECT k.key, k.concurrency_limit, k.rate, k.burst, k.last_served_at,
+           CASE WHEN k.rate IS NOT NULL
+                THEN LEAST(k.burst, k.tokens + k.rate * GREATEST(
+                         extract(epoch FROM now() - k.refilled_at)::float8, 0))
+           END AS available
+    FROM pgjobs_flow_key AS k
+    WHERE k.ready_at IS NOT NULL AND k.ready_at <= now()
+      AND (k.claimed_xid IS NULL
+           OR pg_visible_in_snapshot(k.claimed_xid::text::xid8, pg_current_snapshot()))
+    ORDER BY k.last_served_at ASC NULLS FIRST, k.key
+    LIMIT %(lanes)s::int
+    FOR UPDATE SKIP LOCKED
+),
+room AS (
+    SELECT l.*,
+           CASE WHEN l.concurrency_limit IS NULL THEN 0
+                ELSE (SELECT count(*) FROM pgjobs_job AS r
+                      WHERE r.flow_key = l.key AND r.status = 'running')::int
+           END AS running
+    FROM lanes AS l
+),
+candidates AS (
+    SELECT c.id, c.is_async, c.place, room.key AS lane, room.last_served_at
+    FROM room
+    CROSS JOIN LATERAL (
+        SELECT id, is_async, row_number() OVER (ORDER BY run_after, id) AS place
+        FROM (
+            SELECT j.id, j.run_after, j.name = ANY(%(async_names)s::text[]) AS is_async
+            FROM pgjobs_job AS j
+            WHERE j.flow_key = room.key
+              AND j.status = 'ready'
+              AND j.run_after <= now()
+              AND (%(all_queues)s OR j.queue = ANY(%(queues)s::text[]))
+              AND (%(any_name)s OR j.name <> ALL(%(skip_names)s::text[]))
+              AND (%(any_id)s OR j.id = ANY(%(only_ids)s::bigint[]))
+              AND j.queue NOT IN (SELECT name FROM pgjobs_queue WHERE paused)
+            ORDER BY j.run_after, j.id
+            LIMIT GREATEST(LEAST(
+                COALESCE(room.concurrency_limit - room.running, %(limit)s::int),
+                COALESCE(floor(room.available)::int, %(limit)s::int),
+                %(limit)s::int), 0)
+            FOR UPDATE SKIP LOCKED
+        ) AS due
+    ) AS c
+),
+ranked AS (
+    SELECT id, is_async, lane,
+           row_number() OVER (ORDER BY place, last_served_at ASC NULLS FIRST, lane) AS overall,
+           row_number() OVER (PARTITION BY is_async
+                              ORDER BY place, last_served_at ASC NULLS FIRST, lane) AS kind_place
+    FROM candidates
+),
+picked AS (
+    SELECT id, lane,
+           kind_place <= CASE WHEN is_async THEN %(async_starts)s::int
+                              ELSE %(sync_starts)s::int END AS starts
+    FROM ranked
+    WHERE overall <= %(limit)s::int
+      AND kind_place <= CASE WHEN is_async THEN %(async_room)s::int ELSE %(sync_room)s::int END
+),
+claimed AS ({{claim_picked}}),
+taken AS (
+    SELECT room.key, room.rate, room.running, room.available,
+           (SELECT count(*) FROM picked WHERE picked.lane = room.key)::int AS taken,
+           (SELECT j.run_after FROM pgjobs_job AS j
+            WHERE j.flow_key = room.key AND j.status = 'ready'
+              AND NOT EXISTS (SELECT 1 FROM picked WHERE picked.id = j.id)
+            ORDER BY j.run_after, j.id LIMIT 1) AS next_ready
+    FROM room
+),
+planned AS (
+    SELECT key, taken, available - taken AS tokens_left,
+           CASE WHEN rate IS NULL OR available - taken >= 1 THEN now()
+                ELSE now() + (1 - (available - taken)) / rate * interval '1 second'
+           END AS token_at,
+           running + taken > 0 AS out,
+           next_ready
+    FROM taken
+),
+served AS (
+    UPDATE pgjobs_flow_key AS k
+    SET tokens = COALESCE(p.tokens_left, k.tokens),
+        refilled_at = CASE WHEN k.rate IS NOT NULL THEN now() ELSE k.refilled_at END,
+        last_served_at = CASE WHEN p.taken > 0 THEN now() ELSE k.last_served_at END,
+        claimed_xid = CASE WHEN p.taken > 0 THEN pg_current_xact_id()::text::bigint
+                           ELSE k.claimed_xid END,
+        ready_at = CASE WHEN p.out THEN p.token_at
+                        WHEN p.next_ready IS NULL THEN NULL
+                        ELSE GREATEST(p.next_ready, p.token_at) END
+    FROM planned AS p
+    WHERE k.key = p.key
+    RETURNING k.ready_at
+)
+SELECT claimed.*, NULL::float8 AS flow_wait FROM claimed
+UNION ALL
+SELECT claimed.*,
+       (SELECT extract(epoch FROM min(ready_at) - now())::float8
+        FROM served WHERE ready_at > now())
+FROM (SELECT) AS waited LEFT JOIN claimed ON false;
 
 -- name: mark_started
 -- Record the start of held jobs an executor took, `ago` seconds back (from then on the rescue

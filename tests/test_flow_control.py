@@ -1,0 +1,93 @@
+"""Flow control in the claim (docs/howto/flow-control.md): per-key concurrency, rate limits and
+fair sharing, with real ``runjobs`` processes against real PostgreSQL. Each job records its
+start and end (Execution rows, clock of one machine), from which the limits are checked."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import defaultdict
+
+import pytest
+from helpers import FAST_LEASES, wait_until
+
+from django_pgjobs.models import FlowKey, Job
+from django_pgjobs.testing import run_jobs
+from testproject.demo.models import Execution
+from testproject.handlers import flow
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def intervals() -> dict[str, list[tuple[int, float, float]]]:
+    """Per key: (step, start, end) of each job, in start order."""
+    marks: dict[tuple[str, int], dict[str, float]] = defaultdict(dict)
+    for label, at in Execution.objects.values_list("label", "at"):
+        edge, key, step = label.split(":")
+        marks[(key, int(step))][edge] = at.timestamp()
+    by_key: dict[str, list[tuple[int, float, float]]] = defaultdict(list)
+    for (key, step), edges in marks.items():
+        by_key[key].append((step, edges["start"], edges["end"]))
+    return {key: sorted(runs, key=lambda run: run[1]) for key, runs in by_key.items()}
+
+
+def most_at_once(runs: list[tuple[int, float, float]]) -> int:
+    events = sorted([(start, 1) for _, start, _ in runs] + [(end, -1) for _, _, end in runs])
+    running = peak = 0
+    for _, change in events:
+        running += change
+        peak = max(peak, running)
+    return peak
+
+
+def test_four_workers_never_run_two_jobs_of_a_key_at_once_and_keep_fifo(start_worker):
+    for step in range(10):
+        for order in range(4):
+            flow.sync_order.using(concurrency_key=f"order:{order}").enqueue(order, step, 0.05)
+    workers = [start_worker("--concurrency", "4") for _ in range(4)]
+    wait_until(lambda: not Job.objects.exists(), timeout=60)
+    for worker in workers:
+        worker.signal(signal.SIGTERM)
+    for worker in workers:
+        assert worker.wait(30) == 0, worker.output()
+    runs = intervals()
+    assert sorted(runs) == ["0", "1", "2", "3"] and all(len(r) == 10 for r in runs.values())
+    for key, key_runs in runs.items():
+        assert most_at_once(key_runs) == 1, f"order {key} ran two jobs at once: {key_runs}"
+        assert [step for step, _, _ in key_runs] == list(range(10)), f"order {key} not FIFO"
+
+
+def test_a_limit_of_two_reaches_two(start_worker):
+    flow.export_account.enqueue_many([((7, part, 0.4), {}) for part in range(8)])
+    worker = start_worker("--concurrency", "4")
+    wait_until(lambda: not Job.objects.exists(), timeout=60)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.output()
+    assert most_at_once(intervals()["7"]) == 2
+
+
+def test_a_sigkilled_workers_key_slot_comes_back_with_its_lease(start_worker):
+    flow.sync_order.using(concurrency_key="order:9").enqueue(9, 0, 30)
+    flow.sync_order.using(concurrency_key="order:9").enqueue(9, 1, 0)
+    victim = start_worker("--concurrency", "2", env=FAST_LEASES)
+    wait_until(lambda: Execution.objects.filter(label="start:9:0").exists(), timeout=30)
+    time.sleep(0.3)
+    assert not Execution.objects.filter(label="start:9:1").exists()  # the key's slot is taken
+    victim.kill()
+    survivor = start_worker("--concurrency", "2", env=FAST_LEASES)
+    # the rescue frees the slot and puts the first job back, due now: behind the second (FIFO by
+    # due time), which runs, then the first again (its second attempt), alone
+    wait_until(lambda: Execution.objects.filter(label="start:9:0").count() == 2, timeout=60)
+    survivor.kill()
+    (end_of_second,) = Execution.objects.filter(label="end:9:1").values_list("at", flat=True)
+    first_starts = Execution.objects.filter(label="start:9:0").order_by("at")
+    assert first_starts[1].attempt == 2 and first_starts[1].at >= end_of_second
+
+
+def test_run_jobs_respects_the_key_and_counts_slots_from_running_rows():
+    for step in range(3):
+        flow.sync_order.using(concurrency_key="order:1").enqueue(1, step)
+    assert run_jobs().succeeded == 3
+    assert [step for step, _, _ in intervals()["1"]] == [0, 1, 2]
+    key = FlowKey.objects.get(key="key:order:1")
+    assert key.concurrency_limit == 1 and key.ready_at is None
