@@ -53,6 +53,10 @@ class FlowKey(models.Model):
                 name="pgjobs_flow_key_served_idx",
                 condition=Q(ready_at__isnull=False),
             ),
+            # the flow claim's wait: the earliest key due later
+            models.Index(
+                "ready_at", name="pgjobs_flow_key_ready_idx", condition=Q(ready_at__isnull=False)
+            ),
         ]
 
     def __str__(self) -> str:

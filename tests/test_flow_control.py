@@ -9,6 +9,7 @@ import time
 from collections import defaultdict
 
 import pytest
+from django.db import transaction
 from helpers import FAST_LEASES, wait_until
 
 from django_pgjobs.models import FlowKey, Job
@@ -91,3 +92,39 @@ def test_run_jobs_respects_the_key_and_counts_slots_from_running_rows():
     assert [step for step, _, _ in intervals()["1"]] == [0, 1, 2]
     key = FlowKey.objects.get(key="key:order:1")
     assert key.concurrency_limit == 1 and key.ready_at is None
+
+
+@pytest.mark.long
+def test_a_rate_limit_of_20_a_second_holds_across_three_workers(start_worker):
+    flow.call_partner.enqueue_many([(n,) for n in range(200)])
+    workers = [start_worker("--concurrency", "4") for _ in range(3)]
+    wait_until(lambda: not Job.objects.exists(), timeout=60)
+    for worker in workers:
+        worker.signal(signal.SIGTERM)
+    # the times the claims took the jobs (their started_at, the database's clock)
+    labels = Execution.objects.values_list("label", flat=True)
+    claimed = sorted(float(label.split("@")[1]) for label in labels)
+    assert len(claimed) == 200
+    # any one-second window: at most 20 plus the bucket's burst (a tenth of a second's worth, 2)
+    busiest = max(sum(1 for t in claimed[i:] if t < at + 1.0) for i, at in enumerate(claimed))
+    assert busiest <= 20 + 2, f"{busiest} calls claimed in one second"
+    took = claimed[-1] - claimed[0]
+    assert 9.0 <= took <= 11.0, f"200 calls at 20/s took {took:.2f}s"
+
+
+def test_a_small_tenant_is_served_before_a_tenth_of_a_big_backlog(start_worker):
+    with transaction.atomic():
+        flow.import_row.using(fairness_key="tenant:big").enqueue_many(
+            [("big", row) for row in range(5000)]
+        )
+    with transaction.atomic():
+        flow.import_row.using(fairness_key="tenant:small").enqueue_many(
+            [("small", row) for row in range(20)]
+        )
+    workers = [start_worker("--concurrency", "2") for _ in range(2)]
+    wait_until(lambda: Execution.objects.filter(label__startswith="small:").count() == 20, 60)
+    for worker in workers:
+        worker.kill()
+    last_small = Execution.objects.filter(label__startswith="small:").order_by("-at")[0].at
+    big_before = Execution.objects.filter(label__startswith="big:", at__lt=last_small).count()
+    assert big_before < 500, f"{big_before} big jobs ran before the small tenant's 20"

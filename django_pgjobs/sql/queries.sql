@@ -387,7 +387,7 @@ RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs,
 -- when a job of the key may next be claimable (now while jobs of it are out: they may come back
 -- by retry, rescue or release; else its next ready job, and not before its next token).
 -- Returns the claimed rows, then one row with `flow_wait`: seconds to the earliest key due
--- later (NULL: none), and NULL claim columns.
+-- later, among those it served and the others (NULL: none), and NULL claim columns.
 WITH lanes AS (
     SELECT k.key, k.concurrency_limit, k.rate, k.burst, k.last_served_at,
            CASE WHEN k.rate IS NOT NULL
@@ -471,7 +471,8 @@ planned AS (
 served AS (
     UPDATE pgjobs_flow_key AS k
     SET tokens = COALESCE(p.tokens_left, k.tokens),
-        refilled_at = CASE WHEN k.rate IS NOT NULL THEN now() ELSE k.refilled_at END,
+        refilled_at = CASE WHEN k.rate IS NOT NULL THEN GREATEST(now(), k.refilled_at)
+                           ELSE k.refilled_at END,
         last_served_at = CASE WHEN p.taken > 0 THEN now() ELSE k.last_served_at END,
         claimed_xid = CASE WHEN p.taken > 0 THEN pg_current_xact_id()::text::bigint
                            ELSE k.claimed_xid END,
@@ -485,8 +486,9 @@ served AS (
 SELECT claimed.*, NULL::float8 AS flow_wait FROM claimed
 UNION ALL
 SELECT claimed.*,
-       (SELECT extract(epoch FROM min(ready_at) - now())::float8
-        FROM served WHERE ready_at > now())
+       extract(epoch FROM LEAST(
+           (SELECT min(ready_at) FROM served WHERE ready_at > now()),
+           (SELECT min(ready_at) FROM pgjobs_flow_key WHERE ready_at > now())) - now())::float8
 FROM (SELECT) AS waited LEFT JOIN claimed ON false;
 
 -- name: mark_started

@@ -7,12 +7,19 @@ import time
 
 from django_pgjobs import job
 from django_pgjobs.context import current_job
+from django_pgjobs.models import Job
 from testproject.demo.models import Execution
 
 
 def _mark(label: str) -> None:
     running = current_job()
     Execution.objects.create(job_id=running.id, attempt=running.attempts, label=label, pid=0)
+
+
+def _mark_claimed(label: str) -> None:
+    """Record when the claim took this job (the database's clock: what the limit governs)."""
+    started_at = Job.objects.filter(id=current_job().id).values_list("started_at", flat=True)[0]
+    _mark(f"{label}@{started_at.timestamp()}")
 
 
 # Never two syncs of one order at once, whichever worker runs them: each call names its order
@@ -35,7 +42,7 @@ def export_account(account_id: int, part: int, seconds: float = 0.0) -> None:
 # The partner's API takes 20 calls a second from all our workers together.
 @job(queue="flow", rate_limit="20/s")
 def call_partner(n: int) -> None:
-    _mark(f"call:{n}")
+    _mark_claimed(f"call:{n}")
 
 
 # One tenant's big import must not starve the others: each call names its tenant.
