@@ -4,6 +4,7 @@ start and end (Execution rows, clock of one machine), from which the limits are 
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from collections import defaultdict
@@ -12,6 +13,8 @@ import pytest
 from django.db import transaction
 from helpers import FAST_LEASES, wait_until
 
+from django_pgjobs import job
+from django_pgjobs.conf import ConfigError, get_config
 from django_pgjobs.models import FlowKey, Job
 from django_pgjobs.testing import run_jobs
 from testproject.demo.models import Execution
@@ -128,3 +131,59 @@ def test_a_small_tenant_is_served_before_a_tenth_of_a_big_backlog(start_worker):
     last_small = Execution.objects.filter(label__startswith="small:").order_by("-at")[0].at
     big_before = Execution.objects.filter(label__startswith="big:", at__lt=last_small).count()
     assert big_before < 500, f"{big_before} big jobs ran before the small tenant's 20"
+
+
+def test_a_scheduled_job_of_a_key_never_stalls_its_ready_jobs_and_runs_when_made_due():
+    later = flow.sync_order.using(concurrency_key="order:5", delay=3600).enqueue(5, 0)
+    flow.sync_order.using(concurrency_key="order:5").enqueue(5, 1)
+    assert run_jobs().succeeded == 1  # the ready one, past the scheduled one ahead of it
+    assert Job.objects.filter(pk=later.pk, status="ready").exists()
+    assert run_jobs(with_scheduled=True).succeeded == 1  # "Run now" tells its key
+    assert [step for step, _, _ in intervals()["5"]] == [1, 0]
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"concurrency_limit": 0}, "concurrency_limit must be between 1 and 10,000, not 0"),
+        ({"concurrency_limit": "2"}, "concurrency_limit must be an int"),
+        ({"rate_limit": "20/x"}, "rate_limit must be a number of jobs greater than 0 per"),
+        ({"rate_limit": "0/s"}, "written like '20/s', '100/m' or '1000/h', not '0/s'"),
+    ],
+)
+def test_bad_limits_are_refused_at_decoration(options, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        job(name="flow_bad_limit", **options)(lambda: None)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: flow.sync_order.using(concurrency_key="k" * 201), "at most 200 characters"),
+        (lambda: flow.sync_order.using(fairness_key=""), "fairness_key must be a non-empty"),
+        (
+            lambda: flow.export_account.using(fairness_key="tenant:1").enqueue(1, 1),
+            "a fairness_key applies to jobs without concurrency_limit",
+        ),
+        (
+            lambda: flow.call_partner.using(concurrency_key="partner").enqueue(1),
+            "a job with rate_limit (one bucket for all its calls) takes no concurrency_key",
+        ),
+    ],
+)
+def test_keys_that_cannot_apply_are_refused_at_enqueue(call, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        call()
+    assert not Job.objects.exists()
+
+
+def test_a_queue_rate_limit_is_checked_and_keys_its_jobs(settings):
+    settings.PGJOBS = {**settings.PGJOBS, "QUEUE_RATE_LIMITS": {"flow": "often"}}
+    with pytest.raises(ConfigError, match="the rate limit of queue 'flow' must be a number"):
+        get_config()
+    settings.PGJOBS = {**settings.PGJOBS, "QUEUE_RATE_LIMITS": {"flow": "100/m"}}
+    assert flow.import_row.enqueue("t", 1).flow_key == "queue:flow"
+    key = FlowKey.objects.get(key="queue:flow")
+    assert key.rate == pytest.approx(100 / 60) and key.burst == 1.0
+    with pytest.raises(ValueError, match="queue 'flow' has a rate limit"):
+        flow.import_row.using(fairness_key="tenant:1").enqueue("t", 2)

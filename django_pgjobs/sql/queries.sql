@@ -1137,13 +1137,22 @@ DELETE FROM pgjobs_deadletter WHERE id = ANY(%(ids)s::bigint[]) RETURNING id;
 -- Make waiting jobs (scheduled or retrying) due now, and wake the workers listening on their
 -- queues (one notification per queue; sent whatever LISTEN_NOTIFY says: an operator action is
 -- rare, and a notification nobody listens to costs nothing).
+-- Their flow keys are told they are due now (the flow claim looks at due keys only).
 WITH due AS (
     UPDATE pgjobs_job SET run_after = now()
     WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready'
-    RETURNING id, queue
+    RETURNING id, queue, flow_key
+),
+keys_due AS (
+    UPDATE pgjobs_flow_key AS k SET ready_at = now()
+    WHERE k.key IN (SELECT flow_key FROM due WHERE flow_key IS NOT NULL)
+      AND (k.ready_at IS NULL OR k.ready_at > now())
 ),
 woken AS (
     SELECT pg_notify('pgjobs', queue) FROM (SELECT DISTINCT queue FROM due) AS queues
+    UNION ALL
+    SELECT pg_notify('pgjobs', 'flow:' || queue)
+    FROM (SELECT DISTINCT queue FROM due WHERE flow_key IS NOT NULL) AS flow_queues
 )
 SELECT due.id FROM due, (SELECT count(*) FROM woken) AS notified;
 
