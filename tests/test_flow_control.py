@@ -187,3 +187,17 @@ def test_a_queue_rate_limit_is_checked_and_keys_its_jobs(settings):
     assert key.rate == pytest.approx(100 / 60) and key.burst == 1.0
     with pytest.raises(ValueError, match="queue 'flow' has a rate limit"):
         flow.import_row.using(fairness_key="tenant:1").enqueue("t", 2)
+
+
+def test_the_admin_shows_keys_holding_slots_their_use_and_jobs_waiting_on_them(admin_client):
+    for step in range(3):
+        flow.sync_order.using(concurrency_key="order:3").enqueue(3, step)
+    flow.call_partner.enqueue(1)
+    Job.objects.filter(flow_key="key:order:3", args=[3, 0]).update(status="running")  # a slot
+    page = admin_client.get("/admin/django_pgjobs/flowkey/?slots=held").content.decode()
+    assert "key:order:3" in page and "job:" not in page  # the key holding a slot, alone
+    assert "1 / 1" in page and ">2</a>" in page  # its slot used, its two jobs waiting
+    page = admin_client.get("/admin/django_pgjobs/flowkey/").content.decode()
+    assert "20/s (2.0 of 2 now)" in page  # the rate limit's use: a full bucket
+    jobs = admin_client.get("/admin/django_pgjobs/job/?q=key:order:3").content.decode()
+    assert jobs.count("waits on key") == 2
