@@ -1291,11 +1291,13 @@ WHERE queue = %(queue)s AND status = 'ready' AND attempts = 0 AND run_after > no
 -- worker would claim next is not the oldest. pgjobs_job_claim_idx leads with priority: a loose
 -- scan finds the distinct priorities of ready jobs (a handful), and within each the index is in
 -- due order, so the oldest due job of a queue at that priority is the first of that queue.
+-- Jobs waiting on a flow key are left out: they wait on their key's limits, not on workers.
 WITH RECURSIVE priorities(priority) AS (
-    (SELECT priority FROM pgjobs_job WHERE status = 'ready' ORDER BY priority DESC LIMIT 1)
+    (SELECT priority FROM pgjobs_job WHERE status = 'ready' AND flow_key IS NULL
+     ORDER BY priority DESC LIMIT 1)
     UNION ALL
     SELECT (SELECT j.priority FROM pgjobs_job AS j
-            WHERE j.status = 'ready' AND j.priority < p.priority
+            WHERE j.status = 'ready' AND j.flow_key IS NULL AND j.priority < p.priority
             ORDER BY j.priority DESC LIMIT 1)
     FROM priorities AS p WHERE p.priority IS NOT NULL
 )
@@ -1304,7 +1306,8 @@ FROM unnest(%(queues)s::text[]) AS q(name)
 CROSS JOIN priorities AS p
 CROSS JOIN LATERAL (
     SELECT run_after FROM pgjobs_job
-    WHERE status = 'ready' AND queue = q.name AND priority = p.priority AND run_after <= now()
+    WHERE status = 'ready' AND flow_key IS NULL AND queue = q.name AND priority = p.priority
+      AND run_after <= now()
     ORDER BY priority DESC, run_after, id
     LIMIT 1
 ) AS head
