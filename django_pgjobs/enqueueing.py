@@ -116,14 +116,9 @@ def enqueue_call(
     """Insert one job; returns the saved ``Job``, or the job already in flight with its
     unique key (``enqueue_outcome`` says which)."""
     params = _row_params(definition, options, args, kwargs)
-    flow = flow_params(definition, options, params["queue"])
+    flow = _flow_of(definition, options, params)
     if params["unique_key"] is not None:
         rules = rules_for(definition, options)
-        if flow and not rules.plain:
-            raise ValueError(
-                f"{definition.name}: unique_scope, debounce and throttle are not available for "
-                "jobs with flow control (concurrency, rate limit, fairness key) yet"
-            )
         if not rules.waiting and rules.throttle is None:  # a throttled one: in its statement
             _hand_over_own_key([params["unique_key"]])
         if not rules.plain:
@@ -171,6 +166,18 @@ def enqueue_call(
     if existing is None:  # it finished between the two statements; enqueue again
         return enqueue_call(definition, options, args, kwargs)
     return _skipped(existing)
+
+
+def _flow_of(definition: JobSpec, options: CallOptions, params: dict[str, Any]) -> dict[str, Any]:
+    """The flow key the job waits on and its limits (``flow``); a job with one takes a unique
+    key with the default rules only."""
+    flow = flow_params(definition, options, params["queue"])
+    if flow and params["unique_key"] is not None and not rules_for(definition, options).plain:
+        raise ValueError(
+            f"{definition.name}: unique_scope, debounce and throttle are not available for "
+            "jobs with flow control (concurrency, rate limit, fairness key) yet"
+        )
+    return flow
 
 
 def _enqueue_keyed(

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from datetime import timezone as dt_timezone
 from typing import Any, NamedTuple
 
 from django.db import IntegrityError, transaction
@@ -40,17 +39,6 @@ REQUEUE_KEY_INDEXES = (UNIQUE_KEY_IN_FLIGHT, "pgjobs_job_waiting_key")
 
 
 # -- claiming and finishing ---------------------------------------------------------------------
-
-
-def _from_epoch(seconds: float) -> datetime:
-    return db.as_django_reads(datetime.fromtimestamp(seconds, dt_timezone.utc))
-
-
-def _claimed(row: dict[str, Any], claim: Claim) -> ClaimedJob:
-    """A row of the claim statements (times as epoch seconds, no token) as a ``ClaimedJob``."""
-    row["run_after"] = _from_epoch(row["run_after"])
-    row["created_at"] = _from_epoch(row["created_at"])
-    return ClaimedJob(**row, claim_token=claim.token, lease_seconds=claim.lease_seconds)
 
 
 def _pairs(jobs: Iterable[ClaimedJob]) -> dict[str, list[Any]]:
@@ -89,7 +77,7 @@ def complete(
             return Completed(set(), [])
         execute = db.execute_prepared_replanned if claim.prepared else db.execute
         rows = execute(connection, "claim_jobs", claim.params)
-        return Completed(set(), [_claimed(row, claim) for row in rows])
+        return Completed(set(), [claim.job(row) for row in rows])
     if results is not None:
         name = "complete_with_results_and_claim_jobs" if claim else "complete_jobs_with_results"
     elif get_config().KEEP_SUCCEEDED_SECONDS > 0:
@@ -106,7 +94,7 @@ def complete(
         if row["id"] is None:  # the one row that carries the completed ids
             completed.update(acknowledged)
         else:
-            claimed.append(_claimed(row, claim))
+            claimed.append(claim.job(row))
     return Completed(completed, claimed)
 
 
@@ -125,7 +113,7 @@ def claim_jobs_flow(connection: Connection, claim: Claim, lanes: int) -> FlowCla
         if row["id"] is None:  # the one row that carries the wait
             wait = flow_wait
         else:
-            claimed.append(_claimed(row, claim))
+            claimed.append(claim.job(row))
     return FlowClaimed(claimed, wait)
 
 

@@ -197,6 +197,14 @@ def check_rate_limit(rate_limit: Any, option: str = "rate_limit") -> tuple[float
     return per_second, max(1.0, per_second * BURST_SECONDS)
 
 
+def check_flow_limits(concurrency_limit: Any, rate_limit: Any) -> None:
+    """``@job(concurrency_limit=..., rate_limit=...)``, each when given."""
+    if concurrency_limit is not None:
+        check_concurrency_limit(concurrency_limit)
+    if rate_limit is not None:
+        check_rate_limit(rate_limit)
+
+
 def check_flow_key(option: str, key: Any) -> str | None:
     """A ``concurrency_key`` or ``fairness_key``."""
     if key is None:
