@@ -147,7 +147,9 @@ class Claim:
 
 
 def _from_epoch(seconds: float) -> datetime:
-    return db.as_django_reads(datetime.fromtimestamp(seconds, dt_timezone.utc))
+    moment = db.as_django_reads(datetime.fromtimestamp(seconds, dt_timezone.utc))
+    assert moment is not None  # noqa: S101 (given a time, it returns one)
+    return moment
 
 
 class ClaimBuilder:
