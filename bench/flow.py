@@ -6,8 +6,8 @@ statements per batch, as a worker with acknowledgements not folded in), ``--clai
 jobs/s is all the jobs claimed over the wall time. Kinds: ``plain`` (claim_jobs, no keys), and
 claim_jobs_flow with ``concurrency`` keys (limit 1), ``rate`` keys (a rate far above what is
 claimed: the bucket is refilled and spent on every claim, never binding) and ``fairness`` keys,
-at 1,000 and 100,000 distinct keys (each key holding ``--per-key`` jobs, the plain fill holding
-as many jobs). Medians of ``--repeat`` runs; the ratio to the plain claim of the same run and
+at 1,000 and 100,000 distinct keys (each key holding ``--per-key`` jobs or more: twice what the
+claims take, so no process runs dry; the plain fill holds as many jobs). Medians of ``--repeat`` runs; the ratio to the plain claim of the same run and
 process count. Without ``DATABASE_URL`` it starts a throwaway PostgreSQL (durable commits off:
 the tests' server, so figures compare statements, not disks). Prints one table; writes nothing.
 """
@@ -92,7 +92,9 @@ def measure(url: str, kind: str, keys: int, per_key: int, processes: int, claims
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("TRUNCATE pgjobs_job, pgjobs_flow_key")
         prefix, limit, rate, burst = KINDS.get(kind, ("", None, None, None))
-        fill = {"prefix": prefix, "keys": keys, "jobs": keys * per_key}
+        # enough jobs that no process runs dry: claims x 10 x processes, with room to spare
+        jobs = max(keys * per_key, claims * 10 * processes * 2)
+        fill = {"prefix": prefix, "keys": keys, "jobs": jobs}
         conn.execute(FILL_JOBS, fill)
         if prefix:
             conn.execute(FILL_KEYS, {**fill, "limit": limit, "rate": rate, "burst": burst})
