@@ -10,10 +10,10 @@ import time
 from collections import defaultdict
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from helpers import FAST_LEASES, wait_until
 
-from django_pgjobs import job
+from django_pgjobs import job, operations
 from django_pgjobs.conf import ConfigError, get_config
 from django_pgjobs.models import FlowKey, Job
 from django_pgjobs.testing import run_jobs
@@ -201,3 +201,12 @@ def test_the_admin_shows_keys_holding_slots_their_use_and_jobs_waiting_on_them(a
     assert "20/s (2.0 of 2 now)" in page  # the rate limit's use: a full bucket
     jobs = admin_client.get("/admin/django_pgjobs/job/?q=key:order:3").content.decode()
     assert jobs.count("waits on key") == 2
+
+
+def test_a_key_marked_idle_while_its_job_was_being_enqueued_is_made_due_by_the_rescue():
+    flow.sync_order.using(concurrency_key="order:8").enqueue(8, 0)
+    # what a flow claim leaves when it ran while this enqueue had not committed yet
+    FlowKey.objects.filter(key="key:order:8").update(ready_at=None)
+    operations.rescue(connection)  # also what every worker runs at its rescue interval
+    assert FlowKey.objects.get(key="key:order:8").ready_at is not None
+    assert run_jobs().succeeded == 1

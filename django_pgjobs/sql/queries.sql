@@ -799,7 +799,9 @@ RETURNING j.id, j.abort_requested_at IS NOT NULL AS abort_requested;
 -- a job that kills its worker as it starts gets one start unrecorded at most, then spends its
 -- attempts); one of the scope 'waiting' takes its key back (restore_waiting_keys). A
 -- job whose abort was requested is dead-lettered as aborted (never run again). One statement;
--- SKIP LOCKED lets several workers run it at once.
+-- SKIP LOCKED lets several workers run it at once. `flow_swept`: a flow key with ready jobs that
+-- a flow claim marked idle (`ready_at` NULL) while the enqueue of one was not yet committed is
+-- made due again (docs/explanation/flow-control.md#the-due-hint).
 WITH expired AS (
     SELECT id, started_at IS NOT NULL AS started,
            (started_at IS NOT NULL AND attempts >= max_attempts)
@@ -845,6 +847,11 @@ requeued AS (
     FROM expired
     WHERE j.id = expired.id AND NOT expired.exhausted
     RETURNING j.id, expired.started
+),
+flow_swept AS (
+    UPDATE pgjobs_flow_key AS k SET ready_at = now()
+    WHERE k.ready_at IS NULL
+      AND EXISTS (SELECT 1 FROM pgjobs_job AS j WHERE j.flow_key = k.key AND j.status = 'ready')
 )
 SELECT (SELECT count(*) FROM requeued WHERE started) AS requeued,
        (SELECT count(*) FROM dead_lettered) AS dead_lettered,
