@@ -459,7 +459,7 @@ taken AS (
             ORDER BY j.run_after, j.id LIMIT 1) AS next_ready
     FROM room
 ),
-planned AS (
+tokened AS (
     SELECT key, taken, available - taken AS tokens_left,
            CASE WHEN rate IS NULL OR available - taken >= 1 THEN now()
                 ELSE now() + (1 - (available - taken)) / rate * interval '1 second'
@@ -468,19 +468,26 @@ planned AS (
            next_ready
     FROM taken
 ),
+planned AS (
+    SELECT key, taken, tokens_left,
+           CASE WHEN out THEN token_at
+                WHEN next_ready IS NULL THEN NULL
+                ELSE GREATEST(next_ready, token_at) END AS ready_at
+    FROM tokened
+),
 served AS (
+    -- a key that gave no job and stays due is left as it is (its bucket is refilled from
+    -- refilled_at whenever it is read): no write for the keys a claim only looked at
     UPDATE pgjobs_flow_key AS k
-    SET tokens = COALESCE(p.tokens_left, k.tokens),
-        refilled_at = CASE WHEN k.rate IS NOT NULL THEN GREATEST(now(), k.refilled_at)
-                           ELSE k.refilled_at END,
+    SET tokens = CASE WHEN p.taken > 0 THEN COALESCE(p.tokens_left, k.tokens) ELSE k.tokens END,
+        refilled_at = CASE WHEN k.rate IS NOT NULL AND p.taken > 0
+                           THEN GREATEST(now(), k.refilled_at) ELSE k.refilled_at END,
         last_served_at = CASE WHEN p.taken > 0 THEN now() ELSE k.last_served_at END,
         claimed_xid = CASE WHEN p.taken > 0 THEN pg_current_xact_id()::text::bigint
                            ELSE k.claimed_xid END,
-        ready_at = CASE WHEN p.out THEN p.token_at
-                        WHEN p.next_ready IS NULL THEN NULL
-                        ELSE GREATEST(p.next_ready, p.token_at) END
+        ready_at = p.ready_at
     FROM planned AS p
-    WHERE k.key = p.key
+    WHERE k.key = p.key AND (p.taken > 0 OR p.ready_at IS NULL OR p.ready_at > now())
     RETURNING k.ready_at
 )
 SELECT claimed.*, NULL::float8 AS flow_wait FROM claimed
