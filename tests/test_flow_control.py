@@ -13,7 +13,7 @@ import pytest
 from django.db import connection, transaction
 from helpers import FAST_LEASES, wait_until
 
-from django_pgjobs import job, operations
+from django_pgjobs import chain, job, operations
 from django_pgjobs.conf import ConfigError, get_config
 from django_pgjobs.models import FlowKey, Job
 from django_pgjobs.testing import run_jobs
@@ -210,3 +210,9 @@ def test_a_key_marked_idle_while_its_job_was_being_enqueued_is_made_due_by_the_r
     operations.rescue(connection)  # also what every worker runs at its rescue interval
     assert FlowKey.objects.get(key="key:order:8").ready_at is not None
     assert run_jobs().succeeded == 1
+
+
+def test_a_workflow_step_with_flow_control_is_refused():
+    with pytest.raises(ValueError, match="a workflow step takes no flow control yet"):
+        chain(flow.sync_order.using(concurrency_key="order:1").s(1, 0)).enqueue()
+    assert not Job.objects.exists()
