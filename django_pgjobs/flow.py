@@ -19,10 +19,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import db
 from .conf import get_config
 from .validation import check_rate_limit
 
-__all__ = ["FLOW_WAKE_PREFIX", "NO_FLOW", "flow_params"]
+__all__ = ["FLOW_WAKE_PREFIX", "NO_FLOW", "flow_params", "prune_flow_keys"]
+
+#: A key with no job ready nor running for this long is deleted (``prune_flow_keys``); its next
+#: job writes it again, with a full bucket.
+FLOW_KEY_IDLE_SECONDS = 24 * 3600.0
 
 #: The notification of a due job with a flow key says ``flow:<queue>`` (the plain one
 #: ``<queue>``): the listener wakes the worker's flow claim too (worker/listener.py).
@@ -73,3 +78,8 @@ def flow_params(definition: Any, options: Any, queue: str) -> dict[str, Any]:
 def _params(key: str, limit: int | None, rate_limit: str | None) -> dict[str, Any]:
     rate, burst = check_rate_limit(rate_limit) if rate_limit is not None else (None, None)
     return {"flow_key": key, "concurrency_limit": limit, "rate": rate, "burst": burst}
+
+
+def prune_flow_keys(connection: Any, idle_seconds: float = FLOW_KEY_IDLE_SECONDS) -> int:
+    """Delete the keys idle for ``idle_seconds`` (the worker's Pruner); how many."""
+    return len(db.execute(connection, "prune_flow_keys", {"idle_seconds": idle_seconds}))

@@ -8,13 +8,16 @@ import re
 import signal
 import time
 from collections import defaultdict
+from datetime import timedelta
 
 import pytest
 from django.db import connection, transaction
+from django.utils import timezone
 from helpers import FAST_LEASES, wait_until
 
 from django_pgjobs import chain, job, operations
 from django_pgjobs.conf import ConfigError, get_config
+from django_pgjobs.flow import prune_flow_keys
 from django_pgjobs.models import FlowKey, Job
 from django_pgjobs.testing import run_jobs
 from testproject.demo.models import Execution
@@ -216,3 +219,17 @@ def test_a_workflow_step_with_flow_control_is_refused():
     with pytest.raises(ValueError, match="a workflow step takes no flow control yet"):
         chain(flow.sync_order.using(concurrency_key="order:1").s(1, 0)).enqueue()
     assert not Job.objects.exists()
+
+
+def test_keys_idle_for_a_day_are_pruned_and_written_again_by_their_next_job():
+    flow.sync_order.using(concurrency_key="order:4").enqueue(4, 0)
+    flow.sync_order.using(concurrency_key="order:6").enqueue(6, 0)
+    run_jobs()
+    flow.sync_order.using(concurrency_key="order:6").enqueue(6, 1)  # waiting: its key is kept
+    long_ago = timezone.now() - timedelta(days=2)
+    FlowKey.objects.update(last_served_at=long_ago, refilled_at=long_ago)
+    assert prune_flow_keys(connection) == 1
+    assert list(FlowKey.objects.values_list("key", flat=True)) == ["key:order:6"]
+    flow.sync_order.using(concurrency_key="order:4").enqueue(4, 1)
+    assert FlowKey.objects.get(key="key:order:4").concurrency_limit == 1
+    assert run_jobs().succeeded == 2

@@ -163,6 +163,7 @@ def params_for(name: str) -> dict:
         "rate": None,
         "burst": None,
         "lanes": 108,
+        "idle_seconds": 86400.0,
     }
     if name == "enqueue_jobs":
         params.update(args=["[]"], kwargs=["{}"])

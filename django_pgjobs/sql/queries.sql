@@ -206,6 +206,24 @@ RETURNING id;
 -- meanwhile is waited for and its new end checked again).
 DELETE FROM pgjobs_throttle WHERE ends_at < now() RETURNING key;
 
+-- name: prune_flow_keys
+-- Delete the flow keys idle (no job ready nor running: `ready_at` NULL) for `idle_seconds` since
+-- they were last served or created, at most 10,000 at a time, skipping the ones a claim is
+-- deciding on. An enqueue meeting a key being deleted waits for the delete, then writes the key
+-- again (ON CONFLICT sees the deletion committed).
+DELETE FROM pgjobs_flow_key AS k
+WHERE k.key IN (
+    SELECT key FROM pgjobs_flow_key
+    WHERE ready_at IS NULL
+      AND COALESCE(last_served_at, refilled_at, '-infinity')
+          < now() - %(idle_seconds)s * interval '1 second'
+    LIMIT 10000
+    FOR UPDATE SKIP LOCKED
+)
+  AND NOT EXISTS (SELECT 1 FROM pgjobs_job AS j
+                  WHERE j.flow_key = k.key AND j.status IN ('ready', 'running'))
+RETURNING k.key;
+
 -- name: enqueue_jobs
 -- Insert many jobs of one kind in one statement: the per-job values (args, kwargs, unique key)
 -- come as parallel arrays (unnest), the rest once; same rules as enqueue_job and one notification

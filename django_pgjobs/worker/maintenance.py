@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from .. import metrics, operations, retention
+from .. import flow, metrics, operations, retention
 from .faults import DispatcherDatabase
 from .logs import log_stats
 from .outcomes import Stats
@@ -244,7 +244,7 @@ class Pruner(AtStartThenJittered):
     """Deletes the successful jobs kept past their retention: ``keep_succeeded_seconds``, or
     ``keep_results_seconds`` for jobs that kept their result (always: those are kept whatever
     ``KEEP_SUCCEEDED_SECONDS`` says), the throttle windows past their end
-    (``models.ThrottleWindow``), and the dead letters past their retention (``DEAD_LETTER_MAX_*``
+    (``models.ThrottleWindow``), the flow keys idle for a day (``flow.prune_flow_keys``), and the dead letters past their retention (``DEAD_LETTER_MAX_*``
     settings: bounded batches, one worker at a time, ``operations.prune_dead_letters``).
     Returns how many rows it deleted."""
 
@@ -260,6 +260,7 @@ class Pruner(AtStartThenJittered):
                 connection, config.keep_succeeded_seconds, config.keep_results_seconds, config.limit
             )
             + operations.prune_throttle_windows(connection)
+            + flow.prune_flow_keys(connection)
             + self.prune_dead_letters(connection)
         )
 
