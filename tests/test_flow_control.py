@@ -233,3 +233,17 @@ def test_keys_idle_for_a_day_are_pruned_and_written_again_by_their_next_job():
     flow.sync_order.using(concurrency_key="order:4").enqueue(4, 1)
     assert FlowKey.objects.get(key="key:order:4").concurrency_limit == 1
     assert run_jobs().succeeded == 2
+
+
+def test_a_key_whose_last_claim_this_snapshot_cannot_see_is_left_to_the_next_claim(
+    other_connection,
+):
+    """What a claim meets when another claim of the key committed after its snapshot was taken:
+    its count of running jobs would miss that claim's jobs, so it leaves the key alone."""
+    flow.sync_order.using(concurrency_key="order:2").enqueue(2, 0)
+    other_connection.execute("BEGIN")
+    (xid,) = other_connection.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
+    FlowKey.objects.filter(key="key:order:2").update(claimed_xid=xid)  # "claimed" by it
+    assert run_jobs().succeeded == 0  # in progress for this snapshot: not visible
+    other_connection.execute("COMMIT")
+    assert run_jobs().succeeded == 1
