@@ -94,4 +94,5 @@ def test_per_key_limits_hold_behind_pgbouncer(through_pgbouncer, start_worker):
     marks = dict(Execution.objects.values_list("label", "at"))
     for order in range(2):
         runs = [(marks[f"start:{order}:{s}"], marks[f"end:{order}:{s}"]) for s in range(4)]
-        assert all(end <= next_start for (_, end), (next_start, _) in zip(runs, runs[1:]))
+        pairs = zip(runs, runs[1:], strict=False)
+        assert all(end <= next_start for (_, end), (next_start, _) in pairs)
