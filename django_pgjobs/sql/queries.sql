@@ -468,7 +468,7 @@ picked AS (
       AND kind_place <= CASE WHEN is_async THEN %(async_room)s::int ELSE %(sync_room)s::int END
 ),
 claimed AS ({{claim_picked}}),
-taken AS (
+taken AS MATERIALIZED (  -- its sub-selects run once per key, not once per use below
     SELECT room.key, room.rate, room.running, room.available,
            (SELECT count(*) FROM picked WHERE picked.lane = room.key)::int AS taken,
            (SELECT j.run_after FROM pgjobs_job AS j
