@@ -404,17 +404,21 @@ RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs,
 -- does (claim_picked). `served`: the keys' new state: tokens spent, served now, and `ready_at`,
 -- when a job of the key may next be claimable (now while jobs of it are out: they may come back
 -- by retry, rescue or release; else its next ready job, and not before its next token).
+-- Its clock is statement_timestamp() (not now(): the transaction's start), so that buckets
+-- refill and keys come due between the claims of one transaction too (run_jobs() in a
+-- TestCase); a key claimed earlier in this transaction counts as seen.
 -- Returns the claimed rows, then one row with `flow_wait`: seconds to the earliest key due
 -- later, among those it served and the others (NULL: none), and NULL claim columns.
 WITH lanes AS (
     SELECT k.key, k.concurrency_limit, k.rate, k.burst, k.last_served_at,
            CASE WHEN k.rate IS NOT NULL
                 THEN LEAST(k.burst, k.tokens + k.rate * GREATEST(
-                         extract(epoch FROM now() - k.refilled_at)::float8, 0))
+                         extract(epoch FROM statement_timestamp() - k.refilled_at)::float8, 0))
            END AS available
     FROM pgjobs_flow_key AS k
-    WHERE k.ready_at IS NOT NULL AND k.ready_at <= now()
+    WHERE k.ready_at IS NOT NULL AND k.ready_at <= statement_timestamp()
       AND (k.claimed_xid IS NULL
+           OR k.claimed_xid = pg_current_xact_id_if_assigned()::text::bigint
            OR pg_visible_in_snapshot(k.claimed_xid::text::xid8, pg_current_snapshot()))
     ORDER BY k.last_served_at ASC NULLS FIRST, k.key
     LIMIT %(lanes)s::int
@@ -438,7 +442,7 @@ candidates AS (
             FROM pgjobs_job AS j
             WHERE j.flow_key = room.key
               AND j.status = 'ready'
-              AND j.run_after <= now()
+              AND j.run_after <= statement_timestamp()
               AND (%(all_queues)s OR j.queue = ANY(%(queues)s::text[]))
               AND (%(any_name)s OR j.name <> ALL(%(skip_names)s::text[]))
               AND (%(any_id)s OR j.id = ANY(%(only_ids)s::bigint[]))
@@ -479,8 +483,9 @@ taken AS MATERIALIZED (  -- its sub-selects run once per key, not once per use b
 ),
 tokened AS (
     SELECT key, taken, available - taken AS tokens_left,
-           CASE WHEN rate IS NULL OR available - taken >= 1 THEN now()
-                ELSE now() + (1 - (available - taken)) / rate * interval '1 second'
+           CASE WHEN rate IS NULL OR available - taken >= 1 THEN statement_timestamp()
+                ELSE statement_timestamp()
+                     + (1 - (available - taken)) / rate * interval '1 second'
            END AS token_at,
            running + taken > 0 AS out,
            next_ready
@@ -499,21 +504,25 @@ served AS (
     UPDATE pgjobs_flow_key AS k
     SET tokens = CASE WHEN p.taken > 0 THEN COALESCE(p.tokens_left, k.tokens) ELSE k.tokens END,
         refilled_at = CASE WHEN k.rate IS NOT NULL AND p.taken > 0
-                           THEN GREATEST(now(), k.refilled_at) ELSE k.refilled_at END,
-        last_served_at = CASE WHEN p.taken > 0 THEN now() ELSE k.last_served_at END,
+                           THEN GREATEST(statement_timestamp(), k.refilled_at)
+                           ELSE k.refilled_at END,
+        last_served_at = CASE WHEN p.taken > 0 THEN statement_timestamp()
+                              ELSE k.last_served_at END,
         claimed_xid = CASE WHEN p.taken > 0 THEN pg_current_xact_id()::text::bigint
                            ELSE k.claimed_xid END,
         ready_at = p.ready_at
     FROM planned AS p
-    WHERE k.key = p.key AND (p.taken > 0 OR p.ready_at IS NULL OR p.ready_at > now())
+    WHERE k.key = p.key
+      AND (p.taken > 0 OR p.ready_at IS NULL OR p.ready_at > statement_timestamp())
     RETURNING k.ready_at
 )
 SELECT claimed.*, NULL::float8 AS flow_wait FROM claimed
 UNION ALL
 SELECT claimed.*,
        extract(epoch FROM LEAST(
-           (SELECT min(ready_at) FROM served WHERE ready_at > now()),
-           (SELECT min(ready_at) FROM pgjobs_flow_key WHERE ready_at > now())) - now())::float8
+           (SELECT min(ready_at) FROM served WHERE ready_at > statement_timestamp()),
+           (SELECT min(ready_at) FROM pgjobs_flow_key WHERE ready_at > statement_timestamp()))
+           - statement_timestamp())::float8
 FROM (SELECT) AS waited LEFT JOIN claimed ON false;
 
 -- name: mark_started
