@@ -310,6 +310,8 @@ class DeadLetter(RepairColumns):
     unique_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 (NULL: no key)
     # the key of a job of the unique scope 'waiting' (unique_key: of 'in_flight'): requeued with it
     waiting_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    # its flow control key (Job.flow_key): requeued with it
+    flow_key = models.CharField(max_length=FLOW_KEY_MAX, null=True, blank=True)  # noqa: DJ001
     timeout = models.FloatField(
         null=True, blank=True, help_text="Seconds this job may run (.using(timeout=...))."
     )

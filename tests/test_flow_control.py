@@ -18,7 +18,7 @@ from helpers import FAST_LEASES, wait_until
 from django_pgjobs import chain, job, operations
 from django_pgjobs.conf import ConfigError, get_config
 from django_pgjobs.flow import prune_flow_keys
-from django_pgjobs.models import FlowKey, Job
+from django_pgjobs.models import DeadLetter, FlowKey, Job
 from django_pgjobs.testing import run_jobs
 from testproject.demo.models import Execution
 from testproject.handlers import flow
@@ -247,3 +247,20 @@ def test_a_key_whose_last_claim_this_snapshot_cannot_see_is_left_to_the_next_cla
     assert run_jobs().succeeded == 0  # in progress for this snapshot: not visible
     other_connection.execute("COMMIT")
     assert run_jobs().succeeded == 1
+
+
+def test_a_requeued_dead_letter_keeps_its_key_even_once_the_key_was_pruned():
+    flow.sync_order_once.using(concurrency_key="order:11").enqueue(11)
+    assert run_jobs().dead_lettered == 1
+    (dead,) = DeadLetter.objects.all()
+    assert dead.flow_key == "key:order:11"
+    FlowKey.objects.all().delete()  # idle for a day: pruned
+    flow.sync_order.using(concurrency_key="order:11").enqueue(11, 0, 0.0)  # ahead of it
+    FlowKey.objects.all().delete()
+    operations.requeue_dead_letters(connection, [dead.id])
+    requeued = Job.objects.get(name=flow.sync_order_once.name)
+    assert requeued.flow_key == "key:order:11"
+    key = FlowKey.objects.get(key="key:order:11")  # written again, one at a time
+    assert key.concurrency_limit == 1 and key.ready_at is not None
+    stats = run_jobs()
+    assert stats.succeeded == 1 and stats.dead_lettered == 1

@@ -722,13 +722,14 @@ INSERT INTO pgjobs_deadletter (job_id, name, queue, priority, args, kwargs, atte
                                max_attempts, unique_key, waiting_key, timeout, reason,
                                error_type, errors, created_at, started_at, first_started_at,
                                failed_at, keep_result, task_backend, replayed_from, repairs,
-                               version, workflow_id, workflow_step, workflow_member)
+                               version, workflow_id, workflow_step, workflow_member,
+                               flow_key)
 SELECT id, name, queue, priority, args, kwargs, attempts, max_attempts,
        unique_key, kept_waiting_key, timeout, reason, error_type, errors || error, created_at,
        CASE WHEN unrecorded_start THEN now() ELSE started_at END,
        COALESCE(first_started_at, started_at, CASE WHEN unrecorded_start THEN now() END),
        now(), keep_result, task_backend, replayed_from, repairs, version, workflow_id,
-       workflow_step, workflow_member
+       workflow_step, workflow_member, flow_key
 FROM moved
 RETURNING id
 
@@ -989,6 +990,25 @@ FROM unnest(%(pids)s::int[]) AS pid;
 SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) AS ended
 FROM unnest(%(pids)s::int[]) AS pid;
 
+-- part: requeue_flow_keys
+-- CTEs after `inserted` (requeued jobs: queue, run_after, flow_key): each flow key among them
+-- is told a job of it is due (`ready_at` only made earlier), or written again when the pruner
+-- deleted it: its limits are not known here, so one job at a time (none for a fairness key)
+-- until the next enqueue of a job of it writes its own. `flow_woken`: the flow claims of their
+-- queues' workers (flow.py).
+flow_keys_due AS (
+    INSERT INTO pgjobs_flow_key AS k (key, concurrency_limit, tokens, refilled_at, ready_at)
+    SELECT flow_key, CASE WHEN left(flow_key, 5) = 'fair:' THEN NULL ELSE 1 END, 0, now(),
+           min(run_after)
+    FROM inserted WHERE flow_key IS NOT NULL GROUP BY flow_key
+    ON CONFLICT (key) DO UPDATE
+    SET ready_at = LEAST(COALESCE(k.ready_at, EXCLUDED.ready_at), EXCLUDED.ready_at)
+),
+flow_woken AS (
+    SELECT pg_notify('pgjobs', 'flow:' || queue)
+    FROM (SELECT DISTINCT queue FROM inserted WHERE flow_key IS NOT NULL) AS queues
+)
+
 -- name: requeue_dead_letters
 -- Move dead letters back to pgjobs_job as fresh 'ready' jobs (attempts reset, error history
 -- kept), in one statement: each dead letter disappears exactly when its job reappears, and
@@ -1034,7 +1054,8 @@ inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
                             max_attempts, unique_key, waiting_key, kept_waiting_key, timeout,
                             created_at, worker, errors, keep_result, task_backend, replayed_from,
-                            repairs, version, workflow_id, workflow_step, workflow_member)
+                            repairs, version, workflow_id, workflow_step, workflow_member,
+                            flow_key)
     SELECT name, queue, priority, args, kwargs, 'ready',
            now() + place * %(spacing)s::float8 * interval '1 second', 0, max_attempts,
            unique_key, waiting_key, waiting_key, timeout, now(), '', errors, keep_result,
@@ -1045,10 +1066,11 @@ inserted AS (
                                              'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
                                'by', %(requested_by)s::text, 'action', %(action)s::text,
                                'dead_letter', id, 'job_id', job_id)) END,
-           version, workflow_id, workflow_step, workflow_member
+           version, workflow_id, workflow_step, workflow_member, flow_key
     FROM spaced
-    RETURNING id, queue, run_after
+    RETURNING id, queue, run_after, flow_key
 ),
+{{requeue_flow_keys}},
 resumed AS (
     -- the workflows of requeued steps run again: what was cancelled waits again (the current
     -- step's jobs ready, the later steps blocked until the count releases them)
@@ -1069,7 +1091,9 @@ uncancelled AS (
 woken AS (
     SELECT pg_notify('pgjobs', queue) FROM (SELECT DISTINCT queue FROM inserted) AS queues
 )
-SELECT inserted.id, inserted.run_after FROM inserted, (SELECT count(*) FROM woken) AS notified;
+SELECT inserted.id, inserted.run_after
+FROM inserted, (SELECT count(*) FROM woken) AS notified,
+     (SELECT count(*) FROM flow_woken) AS flow_notified;
 
 -- name: requeue_edited_dead_letter
 -- Requeue one dead letter with new arguments (checked by the caller), in one statement: the dead
@@ -1089,7 +1113,8 @@ WITH moved AS (
 inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
                             max_attempts, unique_key, timeout, created_at, worker, errors,
-                            keep_result, task_backend, replayed_from, repairs, version)
+                            keep_result, task_backend, replayed_from, repairs, version,
+                            flow_key)
     SELECT name, queue, priority, %(args)s::jsonb, %(kwargs)s::jsonb, 'ready', now(), 0,
            max_attempts, unique_key, timeout, now(), '', errors, keep_result, task_backend, id,
            repairs || jsonb_build_array(jsonb_build_object(
@@ -1097,11 +1122,13 @@ inserted AS (
                'by', %(by)s::text, 'action', 'edit and requeue', 'dead_letter', id,
                'job_id', job_id, 'args_before', args, 'kwargs_before', kwargs,
                'args', %(args)s::jsonb, 'kwargs', %(kwargs)s::jsonb)),
-           %(version)s::int
+           %(version)s::int, flow_key
     FROM moved
-    RETURNING id, queue
-)
-SELECT inserted.id, pg_notify('pgjobs', inserted.queue) IS NULL AS _notified FROM inserted;
+    RETURNING id, queue, run_after, flow_key
+),
+{{requeue_flow_keys}}
+SELECT inserted.id, pg_notify('pgjobs', inserted.queue) IS NULL AS _notified
+FROM inserted, (SELECT count(*) FROM flow_woken) AS flow_notified;
 
 -- name: prune_dead_letters
 -- Delete one bounded batch of dead letters past their retention: failed more than `max_age`

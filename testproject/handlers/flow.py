@@ -49,3 +49,9 @@ def call_partner(n: int) -> None:
 @job(queue="flow")
 def import_row(tenant: str, row: int) -> None:
     _mark(f"{tenant}:{row}")
+
+
+@job(queue="flow", max_attempts=1)
+def sync_order_once(order_id: int) -> None:
+    """(tests) Fails: its dead letter keeps its flow key."""
+    raise RuntimeError(f"order {order_id}: the shop is down")
