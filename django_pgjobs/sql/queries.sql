@@ -425,11 +425,10 @@ WITH lanes AS (
     FOR UPDATE SKIP LOCKED
 ),
 room AS (
+    -- counted for every key, limited or not: a key with jobs out stays due (`served`)
     SELECT l.*,
-           CASE WHEN l.concurrency_limit IS NULL THEN 0
-                ELSE (SELECT count(*) FROM pgjobs_job AS r
-                      WHERE r.flow_key = l.key AND r.status = 'running')::int
-           END AS running
+           (SELECT count(*) FROM pgjobs_job AS r
+            WHERE r.flow_key = l.key AND r.status = 'running')::int AS running
     FROM lanes AS l
 ),
 candidates AS (
