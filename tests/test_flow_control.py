@@ -264,3 +264,14 @@ def test_a_requeued_dead_letter_keeps_its_key_even_once_the_key_was_pruned():
     assert key.concurrency_limit == 1 and key.ready_at is not None
     stats = run_jobs()
     assert stats.succeeded == 1 and stats.dead_lettered == 1
+
+
+def test_a_key_with_a_job_out_stays_due_so_its_retry_or_rescue_is_seen_at_once():
+    flow.import_row.using(fairness_key="tenant:1").enqueue("t", 1)
+    claims = operations.ClaimBuilder(worker="w", queues=None, lease_seconds=60)
+    (taken,), _ = operations.claim_jobs_flow(connection, claims.take(10), lanes=10)
+    assert operations.claim_jobs_flow(connection, claims.take(10), lanes=10).claimed == []
+    # its job is out (running): it may come back ready (a retry, a rescue), so the key is due
+    assert FlowKey.objects.get(key="fair:tenant:1").ready_at is not None
+    operations.release_jobs(connection, [taken])  # back, unstarted
+    assert run_jobs().succeeded == 1
