@@ -1,0 +1,397 @@
+"""The claim and the enqueue at depth: 1k, 100k, 1M and 10M *ready* rows in ``pgjobs_job``, and
+with a long transaction holding the xmin horizon while claims and deletes go on.
+
+    python -m bench.depth                          # every size, then the held horizon
+    python -m bench.depth --sizes 1000,100000 --rounds 100
+    python -m bench.depth --only horizon --horizon-jobs 60000
+
+Each size is seeded with ``generate_series`` (due jobs spread over the last two hours, then
+``VACUUM ANALYZE`` and a ``CHECKPOINT``), then ``--rounds`` rounds run, each: 200 new due jobs
+(one statement, not timed: the depth stays put), one claim as ``runjobs`` with no flags issues
+it (``claim_jobs`` from the project's own ``ClaimBuilder``, a batch of ``MAX_HELD`` = 200 jobs,
+one of them started: concurrency 1), then the acknowledgement of what it took
+(``complete_jobs``). Every tenth round the claim runs under ``EXPLAIN (ANALYZE, BUFFERS)``
+instead: the buffers it touched and the rows its index scan returned and filtered do not
+depend on the machine's load, the wall times do. Then ``--enqueues`` calls of ``enqueue()``,
+one per transaction. The figures are medians (and p90) of the rounds.
+
+The horizon: a REPEATABLE READ transaction on another connection takes its snapshot, then the
+rounds go on at 100k ready rows; every ``--horizon-step`` jobs claimed and deleted, the claim's
+buffers and time are recorded. Each size uses a database of its own on the server, dropped
+afterwards. Without ``--url`` a throwaway server is started with durable commits, as
+``python -m bench`` does. Results: ``bench-results/depth-<UTC time>/`` (``results.json``,
+``results.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+SIZES = (1_000, 100_000, 1_000_000, 10_000_000)
+DATABASE = "pgjobs_depth"
+BATCH = 200  # runjobs' default batch (worker.holding.MAX_HELD), checked in claim_plan()
+
+# A backlog: due jobs spread over the two hours before the seeding, in id order.
+SEED = """
+INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
+                        max_attempts, created_at, worker, errors)
+SELECT 'bench.noop', 'default', 0, '[]', '{}', 'ready',
+       now() - interval '2 hours' + (i::float8 / %(total)s) * interval '1 hour', 0, 5,
+       now() - interval '2 hours' + (i::float8 / %(total)s) * interval '1 hour', '', '[]'
+FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS i
+"""
+REFILL = """
+INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
+                        max_attempts, created_at, worker, errors)
+SELECT 'bench.noop', 'default', 0, '[]', '{}', 'ready', now(), 0, 5, now(), '', '[]'
+FROM generate_series(1, %s)
+"""
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def setup_django(url: str) -> None:
+    os.environ["BENCH_DATABASE_URL"] = url
+    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.pgjobs_settings"
+    import django
+
+    django.setup()
+
+
+def claim_plan():
+    """The claim of a worker started with no flags: ``MAX_HELD`` jobs, one started."""
+    from django_pgjobs.claims import ClaimBuilder, ClaimPlan
+    from django_pgjobs.conf import get_config
+    from django_pgjobs.worker.holding import MAX_HELD
+
+    assert MAX_HELD == BATCH, "runjobs' default batch changed: update BATCH"
+    builder = ClaimBuilder(
+        worker="bench-depth", queues=None, lease_seconds=get_config().LEASE_SECONDS
+    )
+    return builder, ClaimPlan(limit=BATCH, sync_room=BATCH, sync_starts=1)
+
+
+def seed(conn, total: int) -> float:
+    """``total`` due jobs, in statements of a million rows; the seconds it took."""
+    started = time.perf_counter()
+    first = 1
+    while first <= total:
+        last = min(total, first + 999_999)
+        conn.execute(SEED, {"first": first, "last": last, "total": total})
+        first = last + 1
+    conn.execute("VACUUM ANALYZE pgjobs_job")
+    conn.execute("CHECKPOINT")
+    return time.perf_counter() - started
+
+
+def explain_claim(conn, params: dict) -> dict:
+    """The claim under EXPLAIN (ANALYZE, BUFFERS), committed, then its jobs deleted."""
+    from django_pgjobs import sql
+
+    text = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql.query("claim_jobs")
+    plan = conn.execute(text, params).fetchone()[0][0]
+    conn.execute("DELETE FROM pgjobs_job WHERE claim_token = %s", (params["token"],))
+    scan = find_scan(plan["Plan"])
+    return {
+        "ms": plan["Execution Time"],
+        "hit": plan["Plan"]["Shared Hit Blocks"],
+        "read": plan["Plan"]["Shared Read Blocks"],
+        "scan": f"{scan['Node Type']} on {scan.get('Index Name', scan.get('Relation Name'))}",
+        "scan_rows": scan["Actual Rows"],
+        "scan_filtered": scan.get("Rows Removed by Filter", 0),
+        "scan_hit": scan["Shared Hit Blocks"],
+        "shape": shape(plan["Plan"]),
+    }
+
+
+def find_scan(node: dict) -> dict:
+    """The scan of pgjobs_job that finds the candidates (the deepest one under LockRows)."""
+    if node.get("Relation Name") == "pgjobs_job" and "Scan" in node["Node Type"]:
+        if node.get("Parent Relationship") != "Member":
+            return node
+    for child in node.get("Plans", []):
+        found = find_scan_or_none(child)
+        if found:
+            return found
+    raise LookupError("no scan of pgjobs_job in the claim's plan")
+
+
+def find_scan_or_none(node: dict) -> dict | None:
+    try:
+        return find_scan(node)
+    except LookupError:
+        return None
+
+
+def shape(node: dict, depth: int = 0) -> list[str]:
+    """The plan as indented node names (index and relation named)."""
+    name = node["Node Type"]
+    target = node.get("Index Name") or node.get("Relation Name")
+    lines = ["  " * depth + (f"{name} ({target})" if target else name)]
+    for child in node.get("Plans", []):
+        lines += shape(child, depth + 1)
+    return lines
+
+
+def one_round(pg, builder, plan, explain: bool) -> dict:
+    """Refill, claim (timed or explained), acknowledge (timed)."""
+    from django.db import connection
+
+    from django_pgjobs import operations
+
+    pg.execute(REFILL, (BATCH,))
+    claim = builder.claim(plan)
+    if explain:
+        return {"explain": explain_claim(pg, claim.params)}
+    started = time.perf_counter()
+    claimed = operations.complete(connection, claim=claim).claimed
+    claimed_at = time.perf_counter()
+    operations.complete(connection, claimed)
+    done_at = time.perf_counter()
+    return {
+        "claim_ms": 1000 * (claimed_at - started),
+        "ack_ms": 1000 * (done_at - claimed_at),
+        "claimed": len(claimed),
+    }
+
+
+def summarize(rounds: list[dict]) -> dict:
+    """Medians (and p90 of the timings) of the rounds; the EXPLAINed ones give the buffers."""
+    timed = [r for r in rounds if "claim_ms" in r]
+    explained = [r["explain"] for r in rounds if "explain" in r]
+    figures = {
+        "claim_ms_p50": statistics.median(r["claim_ms"] for r in timed),
+        "claim_ms_p90": percentile([r["claim_ms"] for r in timed], 0.9),
+        "ack_ms_p50": statistics.median(r["ack_ms"] for r in timed),
+        "claimed_p50": statistics.median(r["claimed"] for r in timed),
+        "rounds": len(timed),
+    }
+    if explained:
+        for key in ("ms", "hit", "read", "scan_rows", "scan_filtered", "scan_hit"):
+            figures[f"explain_{key}_p50"] = statistics.median(e[key] for e in explained)
+        figures["explain_scan"] = explained[-1]["scan"]
+        figures["explain_shape"] = explained[-1]["shape"]
+    return figures
+
+
+def time_enqueues(count: int) -> dict:
+    """``enqueue()`` of a no-op job, one per transaction (autocommit), ``count`` times."""
+    from bench.pgjobs_jobs import noop
+    from django_pgjobs import enqueue
+
+    times = []
+    for _ in range(count):
+        started = time.perf_counter()
+        enqueue(noop)
+        times.append(1000 * (time.perf_counter() - started))
+    return {"enqueue_ms_p50": statistics.median(times), "enqueue_ms_p90": percentile(times, 0.9)}
+
+
+def run_rounds(pg, count: int, explain_every: int = 10) -> list[dict]:
+    builder, plan = claim_plan()
+    for _ in range(10):  # warm the caches and the connection
+        one_round(pg, builder, plan, explain=False)
+    return [one_round(pg, builder, plan, explain=i % explain_every == 0) for i in range(count)]
+
+
+def table_sizes(pg) -> dict:
+    row = pg.execute(
+        "SELECT pg_table_size('pgjobs_job'), pg_indexes_size('pgjobs_job'), "
+        "(SELECT count(*) FROM pgjobs_job WHERE status = 'ready')"
+    ).fetchone()
+    return {"table_bytes": row[0], "index_bytes": row[1], "ready_after": row[2]}
+
+
+def measure_size(server: str, size: int, args) -> dict:
+    url = fresh_database(server)
+    with psycopg.connect(url, autocommit=True) as pg:
+        seconds = seed(pg, size)
+        log(f"{size:>10,} ready rows seeded in {seconds:.0f} s")
+        figures = summarize(run_rounds(pg, args.rounds))
+        figures.update(time_enqueues(args.enqueues), seeded_seconds=seconds, **table_sizes(pg))
+    log(f"{size:>10,}: {brief(figures)}")
+    return figures
+
+
+def brief(figures: dict) -> str:
+    keys = (
+        "claim_ms_p50",
+        "explain_ms_p50",
+        "explain_hit_p50",
+        "explain_read_p50",
+        "explain_scan_rows_p50",
+        "enqueue_ms_p50",
+    )
+    return ", ".join(f"{k} {figures[k]:.2f}" for k in keys if k in figures)
+
+
+def measure_horizon(server: str, args) -> dict:
+    """Claims and deletes at ``--horizon-size`` ready rows while a snapshot is held."""
+    url = fresh_database(server)
+    points = []
+    with psycopg.connect(url, autocommit=True) as pg, psycopg.connect(url) as holder:
+        seed(pg, args.horizon_size)
+        points.append({"jobs_since_snapshot": 0, **summarize(run_rounds(pg, 20, 2))})
+        holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT count(*) FROM pgjobs_queue")  # takes the snapshot
+        done = 0
+        while done < args.horizon_jobs:
+            step = run_rounds(pg, args.horizon_step // BATCH, 5)
+            done += sum(r.get("claimed", BATCH) for r in step)
+            points.append({"jobs_since_snapshot": done, **summarize(step[-20:])})
+            log(f"horizon held, {done:,} jobs since: {brief(points[-1])}")
+        holder.rollback()
+        points.append({"jobs_since_snapshot": "released", **summarize(run_rounds(pg, 20, 2))})
+        log(f"horizon released: {brief(points[-1])}")
+        dead = pg.execute("SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'pgjobs_job'")
+        points[-1]["n_dead_tup"] = dead.fetchone()[0]
+    return {"size": args.horizon_size, "points": points}
+
+
+def fresh_database(server: str) -> str:
+    """A new database ``DATABASE`` on the server (dropped first), migrated; its URL."""
+    from django.core.management import call_command
+    from django.db import connections
+
+    connections.close_all()
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {DATABASE}")
+    call_command("migrate", verbosity=0)
+    return os.environ["BENCH_DATABASE_URL"]
+
+
+def drop_database(server: str) -> None:
+    from django.db import connections
+
+    connections.close_all()
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+
+
+def start_server(url: str | None) -> str:
+    if url:
+        return url
+    from bench.run import make_durable
+    from testproject import throwaway_pg
+
+    server = throwaway_pg.start()
+    make_durable(server)
+    return server
+
+
+def database_url(server: str) -> str:
+    return server.rsplit("/", 1)[0] + "/" + DATABASE
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.depth", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--url", help="a server to use as it is (default: a throwaway one)")
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    parser.add_argument("--rounds", type=int, default=200, help="claims per size")
+    parser.add_argument("--enqueues", type=int, default=300, help="enqueue() calls per size")
+    parser.add_argument("--only", choices=("sizes", "horizon"), help="one part only")
+    parser.add_argument("--horizon-size", type=int, default=100_000)
+    parser.add_argument("--horizon-jobs", type=int, default=60_000)
+    parser.add_argument("--horizon-step", type=int, default=10_000)
+    parser.add_argument("--out", help="default: bench-results/depth-<UTC time>")
+    args = parser.parse_args(argv)
+    server = start_server(args.url)
+    setup_django(database_url(server))
+    out = Path(
+        args.out or ROOT / "bench-results" / time.strftime("depth-%Y-%m-%dT%H%MZ", time.gmtime())
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict = {"meta": meta(argv, server)}
+    try:
+        if args.only != "horizon":
+            results["sizes"] = {}
+            for size in (int(s) for s in args.sizes.split(",")):
+                results["sizes"][size] = measure_size(server, size, args)
+                write(out, results)
+        if args.only != "sizes":
+            results["horizon"] = measure_horizon(server, args)
+            write(out, results)
+    finally:
+        drop_database(server)
+    print((out / "results.md").read_text())
+    return 0
+
+
+def meta(argv: list[str], server: str) -> dict:
+    from bench.run import checked_out_commit, server_settings
+
+    return {
+        "command": "python -m bench.depth " + " ".join(argv),
+        "commit": checked_out_commit(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "server": server_settings(server),
+    }
+
+
+def write(out: Path, results: dict) -> None:
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    (out / "results.md").write_text(report(results))
+
+
+def report(results: dict) -> str:
+    lines = [
+        f"Measured {results['meta']['date']} at {results['meta']['commit'][:10]}, "
+        f"load average {results['meta']['load_average'][0]:.1f}",
+        "",
+    ]
+    sizes = results.get("sizes", {})
+    if sizes:
+        lines += [
+            "| ready rows | claim p50 / p90 (ms) | EXPLAIN ms | buffers hit / read | "
+            "index rows returned / filtered | enqueue p50 (ms) | ack p50 (ms) | table + indexes (MB) |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for size, f in sizes.items():
+            lines.append(
+                f"| {int(size):,} | {f['claim_ms_p50']:.2f} / {f['claim_ms_p90']:.2f} | "
+                f"{f['explain_ms_p50']:.2f} | {f['explain_hit_p50']:.0f} / {f['explain_read_p50']:.0f} | "
+                f"{f['explain_scan_rows_p50']:.0f} / {f['explain_scan_filtered_p50']:.0f} | "
+                f"{f['enqueue_ms_p50']:.2f} | {f['ack_ms_p50']:.2f} | "
+                f"{(f['table_bytes'] + f['index_bytes']) / 2**20:,.0f} |"
+            )
+        first = next(iter(sizes.values()))
+        lines += ["", "Claim plan:", "", "```text", *first["explain_shape"], "```", ""]
+    horizon = results.get("horizon")
+    if horizon:
+        lines += [
+            f"Held xmin horizon at {horizon['size']:,} ready rows:",
+            "",
+            "| jobs claimed and deleted since the snapshot | claim p50 (ms) | EXPLAIN ms | buffers hit / read |",
+            "|---:|---:|---:|---:|",
+        ]
+        for p in horizon["points"]:
+            lines.append(
+                f"| {p['jobs_since_snapshot']} | {p['claim_ms_p50']:.2f} | "
+                f"{p['explain_ms_p50']:.2f} | {p['explain_hit_p50']:.0f} / {p['explain_read_p50']:.0f} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
