@@ -66,12 +66,27 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-def setup_django(url: str) -> None:
-    os.environ["BENCH_DATABASE_URL"] = url
+def setup_django(server: str, names: list[str]) -> None:
+    """Django on the server: one database alias per name (``depth_<name>``, a database of that
+    name), the first also the default; each created empty and migrated by ``fresh_database``."""
+    os.environ["BENCH_DATABASE_URL"] = database_url(server, names[0])
     os.environ["DJANGO_SETTINGS_MODULE"] = "bench.pgjobs_settings"
+    from django.conf import settings
+
+    from testproject.settings import database_from_url
+
+    for name in names:
+        settings.DATABASES[alias(name)] = {
+            **database_from_url(database_url(server, name)),
+            "CONN_MAX_AGE": None,
+        }
     import django
 
     django.setup()
+
+
+def alias(name: str) -> str:
+    return f"depth_{name}"
 
 
 def claim_plan():
@@ -149,26 +164,62 @@ def shape(node: dict, depth: int = 0) -> list[str]:
     return lines
 
 
-def one_round(pg, builder, plan, explain: bool) -> dict:
-    """Refill, claim (timed or explained), acknowledge (timed)."""
-    from django.db import connection
+class Depth:
+    """One database at one depth: its psycopg connection (seeding, EXPLAIN) and its Django
+    connection (the claims and acknowledgements, through ``operations.complete``)."""
 
-    from django_pgjobs import operations
+    def __init__(self, server: str, name: str, rows: int) -> None:
+        from django.db import connections
 
-    pg.execute(REFILL, (BATCH,))
-    claim = builder.claim(plan)
-    if explain:
-        return {"explain": explain_claim(pg, claim.params)}
-    started = time.perf_counter()
-    claimed = operations.complete(connection, claim=claim).claimed
-    claimed_at = time.perf_counter()
-    operations.complete(connection, claimed)
-    done_at = time.perf_counter()
-    return {
-        "claim_ms": 1000 * (claimed_at - started),
-        "ack_ms": 1000 * (done_at - claimed_at),
-        "claimed": len(claimed),
-    }
+        self.name, self.rows = name, rows
+        self.pg = psycopg.connect(fresh_database(server, name), autocommit=True)
+        self.connection = connections[alias(name)]
+        self.builder, self.plan = claim_plan()
+        self.rounds: list[dict] = []
+        self.enqueues: list[float] = []
+
+    def round(self, explain: bool, keep: bool = True) -> dict:
+        """Refill (not timed), then claim and acknowledge (timed), or the claim EXPLAINed."""
+        from django_pgjobs import operations
+
+        self.pg.execute(REFILL, (BATCH,))
+        claim = self.builder.claim(self.plan)
+        if explain:
+            figures = {"explain": explain_claim(self.pg, claim.params)}
+        else:
+            started = time.perf_counter()
+            claimed = operations.complete(self.connection, claim=claim).claimed
+            claimed_at = time.perf_counter()
+            operations.complete(self.connection, claimed)
+            done_at = time.perf_counter()
+            figures = {
+                "claim_ms": 1000 * (claimed_at - started),
+                "ack_ms": 1000 * (done_at - claimed_at),
+                "claimed": len(claimed),
+            }
+        if keep:
+            self.rounds.append(figures)
+        return figures
+
+    def enqueue(self, count: int) -> None:
+        """``enqueue()`` of a no-op job, one per transaction, into this database."""
+        from django.conf import settings
+        from django.test.utils import override_settings
+
+        from bench.pgjobs_jobs import noop
+        from django_pgjobs import enqueue
+
+        with override_settings(PGJOBS={**settings.PGJOBS, "DATABASE": alias(self.name)}):
+            for _ in range(count):
+                started = time.perf_counter()
+                enqueue(noop)
+                self.enqueues.append(1000 * (time.perf_counter() - started))
+
+    def figures(self) -> dict:
+        found = summarize(self.rounds)
+        found["enqueue_ms_p50"] = statistics.median(self.enqueues)
+        found["enqueue_ms_p90"] = percentile(self.enqueues, 0.9)
+        return {**found, **table_sizes(self.pg)}
 
 
 def summarize(rounds: list[dict]) -> dict:
@@ -182,32 +233,11 @@ def summarize(rounds: list[dict]) -> dict:
         "claimed_p50": statistics.median(r["claimed"] for r in timed),
         "rounds": len(timed),
     }
-    if explained:
-        for key in ("ms", "hit", "read", "scan_rows", "scan_filtered", "scan_hit"):
-            figures[f"explain_{key}_p50"] = statistics.median(e[key] for e in explained)
-        figures["explain_scan"] = explained[-1]["scan"]
-        figures["explain_shape"] = explained[-1]["shape"]
+    for key in ("ms", "hit", "read", "scan_rows", "scan_filtered", "scan_hit"):
+        figures[f"explain_{key}_p50"] = statistics.median(e[key] for e in explained)
+    figures["explain_scan"] = explained[-1]["scan"]
+    figures["explain_shape"] = explained[-1]["shape"]
     return figures
-
-
-def time_enqueues(count: int) -> dict:
-    """``enqueue()`` of a no-op job, one per transaction (autocommit), ``count`` times."""
-    from bench.pgjobs_jobs import noop
-    from django_pgjobs import enqueue
-
-    times = []
-    for _ in range(count):
-        started = time.perf_counter()
-        enqueue(noop)
-        times.append(1000 * (time.perf_counter() - started))
-    return {"enqueue_ms_p50": statistics.median(times), "enqueue_ms_p90": percentile(times, 0.9)}
-
-
-def run_rounds(pg, count: int, explain_every: int = 10) -> list[dict]:
-    builder, plan = claim_plan()
-    for _ in range(10):  # warm the caches and the connection
-        one_round(pg, builder, plan, explain=False)
-    return [one_round(pg, builder, plan, explain=i % explain_every == 0) for i in range(count)]
 
 
 def table_sizes(pg) -> dict:
@@ -218,15 +248,28 @@ def table_sizes(pg) -> dict:
     return {"table_bytes": row[0], "index_bytes": row[1], "ready_after": row[2]}
 
 
-def measure_size(server: str, size: int, args) -> dict:
-    url = fresh_database(server)
-    with psycopg.connect(url, autocommit=True) as pg:
-        seconds = seed(pg, size)
-        log(f"{size:>10,} ready rows seeded in {seconds:.0f} s")
-        figures = summarize(run_rounds(pg, args.rounds))
-        figures.update(time_enqueues(args.enqueues), seeded_seconds=seconds, **table_sizes(pg))
-    log(f"{size:>10,}: {brief(figures)}")
-    return figures
+def measure_sizes(server: str, sizes: list[int], args) -> dict:
+    """Every size seeded, then the rounds interleaved: round i runs once at every depth, in an
+    order turned by one each round, so the load of the moment falls on all depths alike."""
+    depths = []
+    for size in sizes:
+        depth = Depth(server, str(size), size)
+        log(f"{size:>10,} ready rows seeded in {seed(depth.pg, size):.0f} s")
+        depths.append(depth)
+    for depth in depths:
+        for _ in range(10):  # warm the caches and the connection
+            depth.round(explain=False, keep=False)
+    for i in range(args.rounds):
+        for depth in depths[i % len(depths) :] + depths[: i % len(depths)]:
+            depth.round(explain=i % 10 == 0)
+            if i % 10 == 5:
+                depth.enqueue(args.enqueues // (args.rounds // 10))
+    results = {}
+    for depth in depths:
+        results[depth.rows] = depth.figures()
+        log(f"{depth.rows:>10,}: {brief(results[depth.rows])}")
+        depth.pg.close()
+    return results
 
 
 def brief(figures: dict) -> str:
@@ -243,46 +286,57 @@ def brief(figures: dict) -> str:
 
 def measure_horizon(server: str, args) -> dict:
     """Claims and deletes at ``--horizon-size`` ready rows while a snapshot is held."""
-    url = fresh_database(server)
-    points = []
-    with psycopg.connect(url, autocommit=True) as pg, psycopg.connect(url) as holder:
-        seed(pg, args.horizon_size)
-        points.append({"jobs_since_snapshot": 0, **summarize(run_rounds(pg, 20, 2))})
+    depth = Depth(server, "horizon", args.horizon_size)
+    seed(depth.pg, args.horizon_size)
+    points = [{"jobs_since_snapshot": 0, **horizon_step(depth, 20)}]
+    with psycopg.connect(database_url(server, "horizon")) as holder:
         holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         holder.execute("SELECT count(*) FROM pgjobs_queue")  # takes the snapshot
         done = 0
         while done < args.horizon_jobs:
-            step = run_rounds(pg, args.horizon_step // BATCH, 5)
-            done += sum(r.get("claimed", BATCH) for r in step)
-            points.append({"jobs_since_snapshot": done, **summarize(step[-20:])})
+            figures = horizon_step(depth, args.horizon_step // BATCH)
+            done += args.horizon_step
+            points.append({"jobs_since_snapshot": done, **figures})
             log(f"horizon held, {done:,} jobs since: {brief(points[-1])}")
         holder.rollback()
-        points.append({"jobs_since_snapshot": "released", **summarize(run_rounds(pg, 20, 2))})
-        log(f"horizon released: {brief(points[-1])}")
-        dead = pg.execute("SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'pgjobs_job'")
-        points[-1]["n_dead_tup"] = dead.fetchone()[0]
+    points.append({"jobs_since_snapshot": "released", **horizon_step(depth, 20)})
+    log(f"horizon released: {brief(points[-1])}")
+    dead = depth.pg.execute(
+        "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'pgjobs_job'"
+    )
+    points[-1]["n_dead_tup"] = dead.fetchone()[0]
+    depth.pg.close()
     return {"size": args.horizon_size, "points": points}
 
 
-def fresh_database(server: str) -> str:
-    """A new database ``DATABASE`` on the server (dropped first), migrated; its URL."""
+def horizon_step(depth: Depth, rounds: int) -> dict:
+    """``rounds`` rounds; the figures of the last 20 of them (every other one EXPLAINed)."""
+    depth.rounds = []
+    for i in range(rounds):
+        depth.round(explain=i % 2 == 0, keep=i >= rounds - 20)
+    return summarize(depth.rounds)
+
+
+def fresh_database(server: str, name: str) -> str:
+    """An empty database for ``name`` (dropped first), migrated; its URL."""
     from django.core.management import call_command
     from django.db import connections
 
-    connections.close_all()
+    connections[alias(name)].close()
     with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {DATABASE}")
-    call_command("migrate", verbosity=0)
-    return os.environ["BENCH_DATABASE_URL"]
+        conn.execute(f"DROP DATABASE IF EXISTS {DATABASE}_{name} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {DATABASE}_{name}")
+    call_command("migrate", database=alias(name), verbosity=0)
+    return database_url(server, name)
 
 
-def drop_database(server: str) -> None:
+def drop_databases(server: str, names: list[str]) -> None:
     from django.db import connections
 
     connections.close_all()
     with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+        for name in names:
+            conn.execute(f"DROP DATABASE IF EXISTS {DATABASE}_{name} WITH (FORCE)")
 
 
 def start_server(url: str | None) -> str:
@@ -296,42 +350,39 @@ def start_server(url: str | None) -> str:
     return server
 
 
-def database_url(server: str) -> str:
-    return server.rsplit("/", 1)[0] + "/" + DATABASE
+def database_url(server: str, name: str) -> str:
+    return server.rsplit("/", 1)[0] + f"/{DATABASE}_{name}"
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.depth", description=__doc__.split("\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m bench.depth", description=__doc__)
     parser.add_argument("--url", help="a server to use as it is (default: a throwaway one)")
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
-    parser.add_argument("--rounds", type=int, default=200, help="claims per size")
-    parser.add_argument("--enqueues", type=int, default=300, help="enqueue() calls per size")
+    parser.add_argument("--rounds", type=int, default=200, help="claims per size (10 or more)")
+    parser.add_argument("--enqueues", type=int, default=400, help="enqueue() calls per size")
     parser.add_argument("--only", choices=("sizes", "horizon"), help="one part only")
     parser.add_argument("--horizon-size", type=int, default=100_000)
     parser.add_argument("--horizon-jobs", type=int, default=60_000)
     parser.add_argument("--horizon-step", type=int, default=10_000)
     parser.add_argument("--out", help="default: bench-results/depth-<UTC time>")
     args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    names = [*map(str, sizes), "horizon"]
     server = start_server(args.url)
-    setup_django(database_url(server))
-    out = Path(
-        args.out or ROOT / "bench-results" / time.strftime("depth-%Y-%m-%dT%H%MZ", time.gmtime())
-    )
+    setup_django(server, names)
+    stamp = time.strftime("depth-%Y-%m-%dT%H%MZ", time.gmtime())
+    out = Path(args.out or ROOT / "bench-results" / stamp)
     out.mkdir(parents=True, exist_ok=True)
     results: dict = {"meta": meta(argv, server)}
     try:
         if args.only != "horizon":
-            results["sizes"] = {}
-            for size in (int(s) for s in args.sizes.split(",")):
-                results["sizes"][size] = measure_size(server, size, args)
-                write(out, results)
+            results["sizes"] = measure_sizes(server, sizes, args)
+            write(out, results)
         if args.only != "sizes":
             results["horizon"] = measure_horizon(server, args)
             write(out, results)
     finally:
-        drop_database(server)
+        drop_databases(server, names)
     print((out / "results.md").read_text())
     return 0
 
@@ -375,8 +426,8 @@ def report(results: dict) -> str:
                 f"{f['enqueue_ms_p50']:.2f} | {f['ack_ms_p50']:.2f} | "
                 f"{(f['table_bytes'] + f['index_bytes']) / 2**20:,.0f} |"
             )
-        first = next(iter(sizes.values()))
-        lines += ["", "Claim plan:", "", "```text", *first["explain_shape"], "```", ""]
+        last = list(sizes.values())[-1]
+        lines += ["", "Claim plan at the largest size:", "", "```text", *last["explain_shape"], "```", ""]
     horizon = results.get("horizon")
     if horizon:
         lines += [
