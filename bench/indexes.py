@@ -11,7 +11,8 @@ statement, as the worker sends them folded into its next claim). Each phase is b
 ``pg_current_wal_lsn()``, after a ``CHECKPOINT`` (so the full page images each phase writes are
 those of a phase that follows a checkpoint), and its WAL records are read back with
 ``pg_walinspect``: the bytes per job, those of full page images apart, and the B-tree inserts
-per index (one ``INSERT_LEAF`` or ``INSERT_POST`` record per index entry written). Those counts
+per index (one ``INSERT_LEAF``, ``INSERT_POST`` or leaf ``SPLIT`` record per index entry
+written). Those counts
 do not depend on the machine's load. Results: ``bench-results/indexes-<UTC time>/``.
 """
 
@@ -40,7 +41,8 @@ RECORDS = """
 SELECT resource_manager, record_type, record_length, fpi_length, block_ref
 FROM pg_get_wal_records_info(%s::pg_lsn, %s::pg_lsn)
 """
-ENTRY_RECORDS = {"INSERT_LEAF", "INSERT_POST"}
+# a leaf split logs the entry that caused it in its SPLIT_L / SPLIT_R record
+ENTRY_RECORDS = {"INSERT_LEAF", "INSERT_POST", "SPLIT_L", "SPLIT_R"}
 RELATION = re.compile(r"rel \d+/\d+/(\d+)")
 
 

@@ -38,6 +38,13 @@ class JobQuerySet(models.QuerySet):
         """Jobs in one of the operator views of ``states.View``."""
         return self.filter(view_condition(view))
 
+    def in_queue(self, queue: str):
+        """Jobs of one queue. Running rows are not in ``pgjobs_job_queue_idx`` (the claim writes
+        no entry there), so the condition names both halves: each is read through an index (that
+        one, and the lease index for the running rows) instead of a scan of the table."""
+        running = Q(status=Status.RUNNING)
+        return self.filter(Q(queue=queue) & (~running | running))
+
     def lease_expired(self):
         return self.filter(status=Status.RUNNING, lease_expires_at__lt=timezone.now())
 
@@ -201,7 +208,11 @@ class Job(RepairColumns):
                 name="pgjobs_job_finished_idx",
                 condition=Q(status="successful"),
             ),
-            models.Index("queue", "status", name="pgjobs_job_queue_status_idx"),
+            # The queues of the jobs (job_queue_names), the admin's lists of one queue. Running
+            # rows stay out (the lease index has them): the claim then writes no entry here.
+            models.Index(
+                "queue", "status", name="pgjobs_job_queue_idx", condition=~Q(status="running")
+            ),
             # Steps of a workflow (release, cancel, the admin page). Jobs outside one add none.
             models.Index(
                 "workflow",
