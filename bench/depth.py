@@ -427,7 +427,15 @@ def report(results: dict) -> str:
                 f"{(f['table_bytes'] + f['index_bytes']) / 2**20:,.0f} |"
             )
         last = list(sizes.values())[-1]
-        lines += ["", "Claim plan at the largest size:", "", "```text", *last["explain_shape"], "```", ""]
+        lines += [
+            "",
+            "Claim plan at the largest size:",
+            "",
+            "```text",
+            *last["explain_shape"],
+            "```",
+            "",
+        ]
     horizon = results.get("horizon")
     if horizon:
         lines += [

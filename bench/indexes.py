@@ -76,6 +76,67 @@ def phases(jobs: int) -> list[tuple[str, object]]:
     return [("enqueue", enqueue_all), ("claim", claim_all), ("complete", complete_all)]
 
 
+# A busy table for the readers: 200,000 rows over 10 queues, due, scheduled, retrying, running
+# (half of those with an expired lease) and retained successful ones.
+BUSY = """
+INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
+                        max_attempts, created_at, worker, errors, lease_expires_at, finished_at,
+                        claim_token)
+SELECT 'bench.noop', 'q' || (i % 10), 0, '[]', '{}',
+       CASE WHEN i % 100 = 0 THEN 'running' WHEN i % 4 = 0 THEN 'successful' ELSE 'ready' END,
+       now() + ((i % 7) - 3) * interval '1 hour', CASE WHEN i % 50 = 1 THEN 1 ELSE 0 END, 5,
+       now(), '', '[]',
+       CASE WHEN i % 100 = 0 THEN now() + (i % 200 - 100) * interval '1 second' END,
+       CASE WHEN i % 4 = 0 AND i % 100 <> 0 THEN now() - interval '3 days' END,
+       CASE WHEN i % 100 = 0 THEN gen_random_uuid() END
+FROM generate_series(1, 200000) AS i
+"""
+
+
+def readers() -> list[tuple[str, object]]:
+    """(name, function) of the code paths that read pgjobs_job besides the worker's claim."""
+    from django.db import connection
+
+    from django_pgjobs import operations, overview
+    from django_pgjobs.models import Job
+
+    return [
+        ("rescue (rescue_expired)", lambda: operations.rescue_expired(connection)),
+        ("prune (prune_succeeded)", lambda: operations.prune_succeeded(connection, 86400.0)),
+        ("queue names (job_queue_names)", lambda: operations.queue_names(connection)),
+        ("dashboard and metrics (queue_overview)", lambda: overview.queue_overview(connection)),
+        ("admin: jobs of one queue", lambda: list(Job.objects.in_queue("q3")[:50])),
+        ("admin: running jobs", lambda: list(Job.objects.in_view("running")[:50])),
+        ("admin: due jobs", lambda: list(Job.objects.in_view("due")[:50])),
+    ]
+
+
+def index_scans(pg) -> Counter:
+    pg.execute("SELECT pg_stat_force_next_flush()")
+    pg.execute("SELECT pg_sleep(0)")
+    rows = pg.execute(
+        "SELECT indexrelname, idx_scan FROM pg_stat_user_indexes WHERE relname = 'pgjobs_job'"
+    )
+    return Counter(dict(rows.fetchall()))
+
+
+def index_use(pg) -> dict[str, list[str]]:
+    """The indexes of pgjobs_job each reader scanned (pg_stat_user_indexes), on a busy table."""
+    from django.db import connection
+
+    pg.execute(BUSY)
+    pg.execute("ANALYZE pgjobs_job")
+    used = {}
+    for name, run in readers():
+        connection.close()  # a new backend: its counters flushed when it ends
+        before = index_scans(pg)
+        run()
+        connection.close()
+        time.sleep(0.2)
+        used[name] = sorted(index for index, n in (index_scans(pg) - before).items() if n > 0)
+    return used
+
+
 def measure_phase(pg, run, names: dict[str, str]) -> dict:
     pg.execute("CHECKPOINT")
     start = pg.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
@@ -124,6 +185,9 @@ def report(results: dict) -> str:
         )
     total = sum(f["wal_bytes_per_job"] for f in results["phases"].values())
     lines.append(f"| **whole job** | **{total:,.0f}** | | |")
+    lines += ["", "| code path | indexes of pgjobs_job it scanned |", "|---|---|"]
+    for name, indexes in results["index_use"].items():
+        lines.append(f"| {name} | {', '.join(indexes) or '(none: read whole)'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -131,6 +195,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.indexes", description=__doc__)
     parser.add_argument("--url", help="a server to use as it is (default: a throwaway one)")
     parser.add_argument("--jobs", type=int, default=5000)
+    parser.add_argument("--fillfactor", type=int, help="of pgjobs_job (default: as migrated)")
     parser.add_argument("--out", help="default: bench-results/indexes-<UTC time>")
     args = parser.parse_args(argv)
     server = start_server(args.url)
@@ -145,17 +210,21 @@ def main(argv: list[str]) -> int:
         "commit": checked_out_commit(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "jobs": args.jobs,
+        "fillfactor": args.fillfactor,
     }
     try:
         url = fresh_database(server, "indexes")
         with psycopg.connect(url, autocommit=True) as pg:
             pg.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
             pg.execute("ALTER TABLE pgjobs_job SET (autovacuum_enabled = off)")
+            if args.fillfactor:
+                pg.execute(f"ALTER TABLE pgjobs_job SET (fillfactor = {int(args.fillfactor)})")
             names = relation_names(pg)
             measured = {name: measure_phase(pg, run, names) for name, run in phases(args.jobs)}
+            used = index_use(pg)
     finally:
         drop_databases(server, ["indexes"])
-    results = {"meta": meta, "phases": measured}
+    results = {"meta": meta, "phases": measured, "index_use": used}
     (out / "results.json").write_text(json.dumps(results, indent=1))
     (out / "results.md").write_text(report(results))
     print(report(results))
