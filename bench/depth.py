@@ -4,6 +4,7 @@ with a long transaction holding the xmin horizon while claims and deletes go on.
     python -m bench.depth                          # every size, then the held horizon
     python -m bench.depth --sizes 1000,100000 --rounds 100
     python -m bench.depth --only horizon --horizon-jobs 60000
+    python -m bench.depth --base-migration 0020_recurring_mends   # each size on both schemas
 
 Each size is seeded with ``generate_series`` (due jobs spread over the last two hours, then
 ``VACUUM ANALYZE`` and a ``CHECKPOINT``), then ``--rounds`` rounds run, each: 200 new due jobs
@@ -26,7 +27,6 @@ afterwards. Without ``--url`` a throwaway server is started with durable commits
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 
 import psycopg
+
+from bench.depth_report import write
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = (1_000, 100_000, 1_000_000, 10_000_000)
@@ -168,11 +170,11 @@ class Depth:
     """One database at one depth: its psycopg connection (seeding, EXPLAIN) and its Django
     connection (the claims and acknowledgements, through ``operations.complete``)."""
 
-    def __init__(self, server: str, name: str, rows: int) -> None:
+    def __init__(self, server: str, name: str, rows: int, migration: str | None = None) -> None:
         from django.db import connections
 
         self.name, self.rows = name, rows
-        self.pg = psycopg.connect(fresh_database(server, name), autocommit=True)
+        self.pg = psycopg.connect(fresh_database(server, name, migration), autocommit=True)
         self.connection = connections[alias(name)]
         self.builder, self.plan = claim_plan()
         self.rounds: list[dict] = []
@@ -253,9 +255,12 @@ def measure_sizes(server: str, sizes: list[int], args) -> dict:
     order turned by one each round, so the load of the moment falls on all depths alike."""
     depths = []
     for size in sizes:
-        depth = Depth(server, str(size), size)
-        log(f"{size:>10,} ready rows seeded in {seed(depth.pg, size):.0f} s")
-        depths.append(depth)
+        for name, migration in ((str(size), None), (f"{size}_base", args.base_migration)):
+            if name.endswith("_base") and not migration:
+                continue
+            depth = Depth(server, name, size, migration)
+            log(f"{name:>15}: {size:,} ready rows seeded in {seed(depth.pg, size):.0f} s")
+            depths.append(depth)
     for depth in depths:
         for _ in range(10):  # warm the caches and the connection
             depth.round(explain=False, keep=False)
@@ -266,8 +271,9 @@ def measure_sizes(server: str, sizes: list[int], args) -> dict:
                 depth.enqueue(args.enqueues // (args.rounds // 10))
     results = {}
     for depth in depths:
-        results[depth.rows] = depth.figures()
-        log(f"{depth.rows:>10,}: {brief(results[depth.rows])}")
+        label = f"{depth.rows} at {args.base_migration}" if "_" in depth.name else depth.rows
+        results[label] = depth.figures()
+        log(f"{label}: {brief(results[label])}")
         depth.pg.close()
     return results
 
@@ -317,8 +323,9 @@ def horizon_step(depth: Depth, rounds: int) -> dict:
     return summarize(depth.rounds)
 
 
-def fresh_database(server: str, name: str) -> str:
-    """An empty database for ``name`` (dropped first), migrated; its URL."""
+def fresh_database(server: str, name: str, migration: str | None = None) -> str:
+    """An empty database for ``name`` (dropped first), migrated (up to django_pgjobs'
+    ``migration`` when given); its URL."""
     from django.core.management import call_command
     from django.db import connections
 
@@ -326,7 +333,8 @@ def fresh_database(server: str, name: str) -> str:
     with psycopg.connect(server, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {DATABASE}_{name} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {DATABASE}_{name}")
-    call_command("migrate", database=alias(name), verbosity=0)
+    target = ("django_pgjobs", migration) if migration else ()
+    call_command("migrate", *target, database=alias(name), verbosity=0)
     return database_url(server, name)
 
 
@@ -361,13 +369,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rounds", type=int, default=200, help="claims per size (10 or more)")
     parser.add_argument("--enqueues", type=int, default=400, help="enqueue() calls per size")
     parser.add_argument("--only", choices=("sizes", "horizon"), help="one part only")
+    parser.add_argument(
+        "--base-migration",
+        help="also run each size on a schema migrated only up to this django_pgjobs migration "
+        "(the indexes before a change), in the same interleaved rounds",
+    )
     parser.add_argument("--horizon-size", type=int, default=100_000)
     parser.add_argument("--horizon-jobs", type=int, default=60_000)
     parser.add_argument("--horizon-step", type=int, default=10_000)
     parser.add_argument("--out", help="default: bench-results/depth-<UTC time>")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
-    names = [*map(str, sizes), "horizon"]
+    names = [*map(str, sizes), *(f"{size}_base" for size in sizes), "horizon"]
     server = start_server(args.url)
     setup_django(server, names)
     stamp = time.strftime("depth-%Y-%m-%dT%H%MZ", time.gmtime())
@@ -398,58 +411,6 @@ def meta(argv: list[str], server: str) -> dict:
         "load_average": os.getloadavg(),
         "server": server_settings(server),
     }
-
-
-def write(out: Path, results: dict) -> None:
-    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
-    (out / "results.md").write_text(report(results))
-
-
-def report(results: dict) -> str:
-    lines = [
-        f"Measured {results['meta']['date']} at {results['meta']['commit'][:10]}, "
-        f"load average {results['meta']['load_average'][0]:.1f}",
-        "",
-    ]
-    sizes = results.get("sizes", {})
-    if sizes:
-        lines += [
-            "| ready rows | claim p50 / p90 (ms) | EXPLAIN ms | buffers hit / read | "
-            "index rows returned / filtered | enqueue p50 (ms) | ack p50 (ms) | table + indexes (MB) |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|",
-        ]
-        for size, f in sizes.items():
-            lines.append(
-                f"| {int(size):,} | {f['claim_ms_p50']:.2f} / {f['claim_ms_p90']:.2f} | "
-                f"{f['explain_ms_p50']:.2f} | {f['explain_hit_p50']:.0f} / {f['explain_read_p50']:.0f} | "
-                f"{f['explain_scan_rows_p50']:.0f} / {f['explain_scan_filtered_p50']:.0f} | "
-                f"{f['enqueue_ms_p50']:.2f} | {f['ack_ms_p50']:.2f} | "
-                f"{(f['table_bytes'] + f['index_bytes']) / 2**20:,.0f} |"
-            )
-        last = list(sizes.values())[-1]
-        lines += [
-            "",
-            "Claim plan at the largest size:",
-            "",
-            "```text",
-            *last["explain_shape"],
-            "```",
-            "",
-        ]
-    horizon = results.get("horizon")
-    if horizon:
-        lines += [
-            f"Held xmin horizon at {horizon['size']:,} ready rows:",
-            "",
-            "| jobs claimed and deleted since the snapshot | claim p50 (ms) | EXPLAIN ms | buffers hit / read |",
-            "|---:|---:|---:|---:|",
-        ]
-        for p in horizon["points"]:
-            lines.append(
-                f"| {p['jobs_since_snapshot']} | {p['claim_ms_p50']:.2f} | "
-                f"{p['explain_ms_p50']:.2f} | {p['explain_hit_p50']:.0f} / {p['explain_read_p50']:.0f} |"
-            )
-    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
