@@ -328,3 +328,14 @@ def test_the_catalogue_holds_every_string_marked_for_translation(tmp_path, monke
     untranslated = re.findall(r'\nmsgid "(.+)"\nmsgstr ""\n\n', fresh)
     assert not untranslated, f"strings without a German translation: {untranslated}"
     assert "#, fuzzy\nmsgid" not in fresh.split("\n\n", 1)[1], "a fuzzy (guessed) translation"
+
+
+def test_the_package_data_ships_the_catalogue():
+    """pyproject.toml's package data names the catalogue, so a pip-installed package has it."""
+    pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    patterns = re.search(r"^django_pgjobs = \[(.*)\]$", pyproject, re.M).group(1)
+    package = Path(django_pgjobs.__file__).parent
+    shipped = {
+        path for pattern in re.findall(r'"([^"]+)"', patterns) for path in package.glob(pattern)
+    }
+    assert {CATALOGUE / "django.po", CATALOGUE / "django.mo"} <= shipped
