@@ -244,6 +244,55 @@ def test_every_admin_page_is_german_for_a_german_browser(admin_client, rows):
     assert not left, f"English left on German pages: {left}"
 
 
+def said(response) -> list[str]:
+    return [str(message) for message in get_messages(response.wsgi_request)]
+
+
+def test_every_message_after_an_action_is_german(admin_client, rows):
+    edit = admin_url("deadletter", "edit", rows["dead"].pk)
+    refused = german(admin_client, edit, args="{}", kwargs="{}")  # the form again, and why
+    assert "args muss ein JSON-Array [...] sein, nicht dict" in refused
+    assert "ist kein gültiges JSON" in german(admin_client, edit, args="[", kwargs="{}")
+    post = admin_client.post
+    queue = {"queue": "q1"}
+    responses = [
+        post(admin_url("queuestate", "resume"), queue, **GERMAN),
+        post(admin_url("queuestate", "pause"), queue, **GERMAN),
+        post(admin_url("queuestate"), {"action": "resume", "_selected_action": ["q1"]}, **GERMAN),
+        post(admin_url("job", "act", rows["scheduled"].pk, "run_now"), **GERMAN),
+        post(admin_url("job", "act", rows["due"].pk, "retry_now"), **GERMAN),  # not retrying
+        post(admin_url("job", "act", 999999, "run_now"), **GERMAN),  # gone
+        post(
+            admin_url("job"),
+            {"action": "retry_now", "_selected_action": [rows["retrying"].pk, rows["due"].pk]},
+            **GERMAN,
+        ),
+        post(
+            admin_url("deadletter"),
+            {"action": "replay_over_time", "_selected_action": [rows["dead"].pk], "rate": "2"},
+            **GERMAN,
+        ),
+        post(admin_url("deadletter", "act", rows["dead"].pk, "requeue"), **GERMAN),  # gone now
+        post(admin_url("workflow", "abort", rows["workflow"].pk), **GERMAN),
+        post(admin_url("workflow", "abort", rows["workflow"].pk), **GERMAN),  # finished now
+        post(
+            admin_url("workflow"),
+            {"action": "abort_selected", "_selected_action": [rows["workflow"].pk]},
+            **GERMAN,
+        ),
+    ]
+    schedules = [rows["schedule"].pk, Schedule.objects.get(name="s2").pk]
+    for action in ("pause", "resume", "run_now"):
+        selected = {"action": action, "_selected_action": schedules}
+        responses.append(post(admin_url("schedule"), selected, **GERMAN))
+    messages = said(responses[-1])  # those of every response: no page showed them yet
+    assert len(messages) == len(responses) + 1  # run now: one message per schedule
+    left = [found for text in messages for found in english_left(text)]
+    assert not left, f"English left in messages: {left}"
+    assert "Warteschlange q1 angehalten." in messages
+    assert f"Workflow #{rows['workflow'].pk} war bereits beendet." in messages
+
+
 def test_german_pages_say_what_the_english_ones_say(admin_client, rows):
     page = german(admin_client, admin_url("job"))
     assert "Nach Auftragsname" in page and "Letzter Fehler" in page  # a filter, a column
@@ -262,9 +311,9 @@ def test_german_pages_say_what_the_english_ones_say(admin_client, rows):
     assert "Das kann nicht rückgängig gemacht werden." in confirm
     assert "Nein, bitte abbrechen" in confirm
     response = admin_client.post(admin_url("job"), {**asked, "post": "yes"}, **GERMAN)
-    said = [str(message) for message in get_messages(response.wsgi_request)]
-    assert said[0].startswith("1 Auftrag storniert: #")
-    assert "1 ausgewählter Auftrag blieb unverändert" in said[0]
+    [message] = said(response)
+    assert message.startswith("1 Auftrag storniert: #")
+    assert "1 ausgewählter Auftrag blieb unverändert" in message
     assert not Job.objects.filter(pk=rows["due"].pk).exists()
 
 
