@@ -39,6 +39,7 @@ class Action:
     #: says ``consequence``.
     confirm: bool = False
     consequence: str | Promise = ""
+    yes: str | Promise = ""  # the confirmation page's button ("Yes, abort")
     #: Whose pages the ids the operation returns are (the result message links them); None when
     #: the rows are gone.
     links_to: str | None = "job"
@@ -113,6 +114,7 @@ JOB_ACTIONS: dict[str, Action] = {
             done=ngettext_lazy("Cancelled %(n)s job.", "Cancelled %(n)s jobs.", "count"),
             views=WAITING,
             confirm=True,
+            yes=_("Yes, cancel job"),
             consequence=_(
                 "Cancelling deletes these waiting jobs: they will not run, and nothing "
                 "of them is kept."
@@ -133,6 +135,7 @@ JOB_ACTIONS: dict[str, Action] = {
             views=frozenset({View.RUNNING}),
             records_user=True,
             confirm=True,
+            yes=_("Yes, abort"),
             consequence=_(
                 "Their workers are asked to stop these running jobs: an async job is "
                 "cancelled, a sync job stops where it checks for the request. An aborted attempt "
@@ -165,6 +168,7 @@ DEAD_LETTER_ACTIONS: dict[str, Action] = {
             ),
             noun="dead letter",
             confirm=True,
+            yes=_("Yes, delete for good"),
             consequence=_(
                 "Deleting removes these dead letters for good, their arguments and "
                 "errors with them."
