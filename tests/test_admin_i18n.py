@@ -22,6 +22,7 @@ import pytest
 from admin_data import dead_letter, error, job
 from django.contrib.messages import get_messages
 from django.core.management import call_command
+from django.test import override_settings
 from django.urls import reverse
 from django.utils import timezone, translation
 
@@ -109,8 +110,11 @@ def english_left(page: str) -> list[str]:
     return found
 
 
-def german(client, url: str, **post) -> str:
-    response = client.post(url, post, **GERMAN) if post else client.get(url, **GERMAN)
+def german(client, url: str, headers: bool = True, **post) -> str:
+    """``url`` as a German browser gets it (or, ``headers=False``, a browser asking for no
+    language): a POST when ``post`` holds its fields."""
+    extra = GERMAN if headers else {}
+    response = client.post(url, post, **extra) if post else client.get(url, **extra)
     assert response.status_code == 200, (url, response.status_code)
     assert '<html lang="de"' in response.content.decode()
     return response.content.decode()
@@ -317,10 +321,13 @@ def test_german_pages_say_what_the_english_ones_say(admin_client, rows):
     assert not Job.objects.filter(pk=rows["due"].pk).exists()
 
 
-def test_english_stays_the_default(admin_client, rows):
-    page = admin_client.get(admin_url("job", "dashboard")).content.decode()
+def test_english_stays_the_default_and_language_code_sets_another(admin_client, rows):
+    dashboard = admin_url("job", "dashboard")
+    page = admin_client.get(dashboard).content.decode()
     assert "workers alive" in page and "aktive Worker" not in page
-    with translation.override("de"):  # what LANGUAGE_CODE = "de" does to every request
+    with override_settings(LANGUAGE_CODE="de"):  # a project all in German, no header needed
+        assert "aktive Worker" in german(admin_client, dashboard, headers=False)
+    with translation.override("de"):
         assert str(Job._meta.verbose_name_plural) == "Aufträge"
 
 
