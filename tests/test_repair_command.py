@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import logging
 import re
+import shlex
 import threading
 
 import pytest
 from django.core.management.base import CommandError
 from django.db import connection
 from django.db.models import Sum
-from helpers import start_command, wait_until
+from helpers import ROOT, start_command, wait_until
 from test_pgjobs_command import pgjobs
 
 from django_pgjobs import console, replays
@@ -328,3 +329,66 @@ def test_prune_run_as_a_process_against_a_seeded_table(tmp_path):
     }
     stats = dict(QueueStat.objects.values_list("queue").annotate(Sum("pruned")))
     assert stats == {"payments": 3035, "mail": 2015}
+
+
+# -- the documented examples ----------------------------------------------------------------------
+
+
+def seed_repair_howto() -> None:
+    dead_letters(1000, name="shop.jobs.charge", hours_ago=0.5)  # the replay's
+    dead_letters(20, name="shop.jobs.charge", hours_ago=5)  # not within 2h
+    dead_letters(2000, name="shop.jobs.refund", error_type="ValueError", hours_ago=24 * 40)
+    dead_letters(500, name="mail.send", error_type="ValueError", hours_ago=0.2)  # 100 kept
+
+
+def seed_command_reference() -> None:
+    dead_letters(150, name="shop.jobs.charge", hours_ago=3)  # the replay's
+    dead_letters(30, name="shop.jobs.charge", hours_ago=0.5)  # not older than 1h
+    dead_letters(2000, name="shop.jobs.refund", error_type="ValueError", hours_ago=24 * 40)
+    dead_letters(500, name="mail.send", error_type="ValueError", hours_ago=0.2)
+
+
+CONSOLE = re.compile(r"^```console\n(.*?)^```", re.S | re.M)
+
+
+def console_examples(page: str) -> list[tuple[list[str], list[str]]]:
+    """Each ``$ manage.py pgjobs ...`` line of the page's ``console`` blocks: (its arguments,
+    the lines shown after it)."""
+    examples: list[tuple[list[str], list[str]]] = []
+    for block in CONSOLE.findall((ROOT / page).read_text()):
+        for line in block.splitlines():
+            if line.startswith("$ "):
+                command = shlex.split(line[2:])
+                assert command[:2] == ["manage.py", "pgjobs"], line
+                examples.append((command[2:], []))
+            else:
+                examples[-1][1].append(line)
+    return examples
+
+
+def shown(line: str) -> str:
+    """A documented output line as a pattern: its times and ids stand for any."""
+    pattern = re.escape(line)
+    pattern = re.sub(r"\d{4}\\-\d\d\\-\d\d\\ \d\d:\d\d:\d\d", lambda _: TIME, pattern)
+    return re.sub(r"\\#\d+", lambda _: r"\#\d+", pattern)
+
+
+@pytest.mark.parametrize(
+    "page, seed",
+    [
+        ("docs/howto/repair.md", seed_repair_howto),
+        ("docs/reference/pgjobs-command.md", seed_command_reference),
+    ],
+    ids=["repair how-to", "command reference"],
+)
+def test_the_documented_replays_and_prunes_say_what_the_pages_show(page, seed):
+    """The ``console`` blocks of the pages run in order against the seed, each output line as
+    shown (times and ids aside)."""
+    seed()
+    examples = console_examples(page)
+    assert len(examples) >= 3
+    for args, lines in examples:
+        out = pgjobs(*args).splitlines()
+        assert len(out) == len(lines), (args, out)
+        for said, line in zip(out, lines, strict=True):
+            assert re.fullmatch(shown(line), said), (args, said, line)
