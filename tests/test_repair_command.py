@@ -16,6 +16,7 @@ from django.db import connection
 from django.db.models import Sum
 from helpers import ROOT, start_command, wait_until
 from test_pgjobs_command import pgjobs
+from test_replay import db_now
 
 from django_pgjobs import console, replays
 from django_pgjobs.admin import display
@@ -49,12 +50,6 @@ def dead_letters(
             """,
             [name, queue, error_type, hours_ago, hours_ago, count],
         )
-
-
-def db_now():
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT now()")
-        return cursor.fetchone()[0]
 
 
 def gaps(times) -> set[float]:
