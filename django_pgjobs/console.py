@@ -51,6 +51,8 @@ JOB_STATES = tuple(
 WAITING_STATES = tuple(str(view) for view in sorted(JOB_ACTIONS["cancel"].views))
 #: Most successful jobs one prune statement deletes (as the worker's pruner).
 PRUNE_BATCH = 10_000
+#: Who the command is, in the audit trail of the jobs it requeues (the admin's: the admin user).
+COMMAND = "manage.py pgjobs"
 #: Longest a prune waits for its turn while a worker prunes dead letters (a batch at a time).
 PRUNE_TURN_WAIT_SECONDS = 10.0
 
@@ -300,7 +302,10 @@ def _run_in_batches(
         if not batch:
             break
         selected += len(batch)
-        touched += action.operation(conn, batch)
+        if action.records_user:
+            touched += action.operation(conn, batch, requested_by=COMMAND)
+        else:
+            touched += action.operation(conn, batch)
         after = batch[-1]
     note = left_alone(max(selected, named) - len(touched), noun, why_left)
     return Outcome(action.message(len(touched)), len(touched), sorted(touched), note)

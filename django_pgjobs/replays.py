@@ -17,9 +17,6 @@ from . import console, operations, repair
 from .admin import display, repairs
 from .admin.base import BULK_LIMIT, plural
 
-#: Who a replay of the command is, in the new jobs' audit trail (the admin's: the admin user).
-COMMAND = "manage.py pgjobs"
-
 
 def replay(
     selection: console.Selection, rate: repair.Rate, dry_run: bool = False
@@ -54,7 +51,11 @@ def replay(
     while batch:
         selected += len(batch)
         done = operations.requeue_dead_letters_spread(
-            conn, [i for _, i in batch], spacing, requested_by=COMMAND, previous_due=previous
+            conn,
+            [i for _, i in batch],
+            spacing,
+            requested_by=console.COMMAND,
+            previous_due=previous,
         )
         previous = max((due for _, due in done), default=previous)
         scheduled += done

@@ -122,6 +122,13 @@ def test_dead_letters_chosen_by_age_with_a_dry_run_first():
     assert Job.objects.count() == 3 and DeadLetter.objects.count() == 6
 
 
+def test_a_plain_requeue_of_the_command_is_in_the_audit_trail_too():
+    dead_letters(1)
+    pgjobs("requeue", "--name", RECORD)
+    [entry] = Job.objects.get().repairs
+    assert (entry["by"], entry["action"]) == ("manage.py pgjobs", "requeue")
+
+
 def test_dead_letters_left_alone_are_reported():
     dead_letters(2)
     DeadLetter.objects.filter(job_id=1).update(unique_key="k")
