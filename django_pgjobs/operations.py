@@ -317,9 +317,11 @@ def requeue_dead_letters_spread(
     spacing_seconds: float,
     *,
     requested_by: str | None = None,
+    previous_due: datetime | None = None,
 ) -> list[tuple[int, datetime]]:
     """Move dead letters back as fresh jobs in one statement, due ``spacing_seconds`` apart
-    (oldest dead letter first, the first now); returns the new jobs' ``(id, due time)``.
+    (oldest dead letter first, the first now, or ``spacing_seconds`` after ``previous_due``: the
+    last due time of a replay's previous batch); returns the new jobs' ``(id, due time)``.
     ``requested_by`` (an operator) is recorded in each new job's audit trail (``repairs``).
 
     A dead letter whose unique key is held by a ready or running job (scope ``waiting``: by a
@@ -333,6 +335,7 @@ def requeue_dead_letters_spread(
     params = {
         "ids": list(ids),
         "spacing": spacing_seconds,
+        "previous_due": previous_due,
         "requested_by": requested_by,
         "action": action,
     }

@@ -1,13 +1,15 @@
 """Dead-letter retention: ``DEAD_LETTER_MAX_AGE_SECONDS`` and ``DEAD_LETTER_MAX_PER_NAME``.
 
-The worker's ``Pruner`` (``worker/maintenance.py``) runs ``prune_dead_letters`` batch after
-batch; each batch is one statement (``sql/queries.sql``: ``prune_dead_letters``) in its own
+The worker's ``Pruner`` (``worker/maintenance.py``) and ``manage.py pgjobs prune`` run
+``prune_dead_letters`` batch after batch (``prune_in_batches``); each batch is one statement (``sql/queries.sql``: ``prune_dead_letters``) in its own
 transaction, behind a transaction-level advisory lock tried inside it, so one worker prunes at a
 time and no lock outlives a batch. See docs/howto/repair.md.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import NamedTuple
 
 from . import db
@@ -27,3 +29,49 @@ def prune_dead_letters(
     params = {"max_age": max_age_seconds, "max_per_name": max_per_name, "limit": limit}
     row = db.execute(connection, "prune_dead_letters", params)[0]
     return PrunedDeadLetters(row["held"], row["pruned"])
+
+
+class PruneRun(NamedTuple):
+    pruned: int
+    finished: bool  # False: stopped at ``max_batches``, or while another process was pruning
+
+
+#: Seconds between two tries for the pruning's turn (another process's batch takes ~20 ms).
+TURN_RETRY_SECONDS = 0.05
+
+
+def prune_in_batches(
+    connection: Connection,
+    max_age_seconds: float | None,
+    max_per_name: int | None,
+    batch: int,
+    *,
+    log: logging.Logger,
+    max_batches: int | None = None,
+    wait_seconds: float = 0.0,
+) -> PruneRun:
+    """``prune_dead_letters`` batch after batch until none is left past retention, or
+    ``max_batches`` ran, or another process held the pruning for ``wait_seconds`` in a row
+    (0: stop at once, as a worker does: the one pruning goes on); logs how many were deleted
+    on ``log``."""
+    pruned = batches = 0
+    finished = False
+    waiting_since: float | None = None
+    while max_batches is None or batches < max_batches:
+        result = prune_dead_letters(connection, max_age_seconds, max_per_name, batch)
+        if not result.held:
+            now = time.monotonic()
+            waiting_since = now if waiting_since is None else waiting_since
+            if now - waiting_since >= wait_seconds:
+                break
+            time.sleep(TURN_RETRY_SECONDS)
+            continue
+        waiting_since = None
+        batches += 1
+        pruned += result.pruned
+        if result.pruned < batch:
+            finished = True
+            break
+    if pruned:
+        log.info("pruned %d dead letters past their retention", pruned)
+    return PruneRun(pruned, finished)

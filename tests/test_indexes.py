@@ -148,6 +148,7 @@ def params_for(name: str) -> dict:
         "ago": [0.0] * 3,
         "version": 1,
         "spacing": 0.02,
+        "previous_due": None,
         "action": "requeue",
         "by": "admin user 'root'",
         "max_age": 7 * 24 * 3600.0,

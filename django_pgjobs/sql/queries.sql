@@ -789,8 +789,11 @@ FROM unnest(%(pids)s::int[]) AS pid;
 -- same for a key of the scope 'waiting' (`waiting_key`): held by a waiting job, the dead letter
 -- stays; requeued, the job waits holding its key again (pgjobs_job_waiting_key).
 -- `spacing`: seconds between the jobs' due times, oldest dead letter first (0: all due now;
--- a staggered replay spreads them at an operator's rate). `requested_by` (NULL: none) adds an
--- entry to each job's audit trail (`repairs`): who, `action`, when. Returns each job's due time.
+-- a staggered replay spreads them at an operator's rate). `previous_due` (NULL: none): the due
+-- time of the last job of the replay's previous batch; the first job of this one is due `spacing`
+-- after it (or now, when that has passed), so batch after batch keeps the rate. `requested_by`
+-- (NULL: none) adds an entry to each job's audit trail (`repairs`): who, `action`, when. Returns
+-- each job's due time.
 WITH picked AS (
     SELECT id
     FROM (
@@ -822,7 +825,9 @@ inserted AS (
                             created_at, worker, errors, keep_result, task_backend, replayed_from,
                             repairs, version, workflow_id, workflow_step, workflow_member)
     SELECT name, queue, priority, args, kwargs, 'ready',
-           now() + place * %(spacing)s::float8 * interval '1 second', 0, max_attempts,
+           GREATEST(now(), %(previous_due)s::timestamptz
+                           + %(spacing)s::float8 * interval '1 second')
+           + place * %(spacing)s::float8 * interval '1 second', 0, max_attempts,
            unique_key, waiting_key, waiting_key, timeout, now(), '', errors, keep_result,
            task_backend, id,
            repairs || CASE WHEN %(requested_by)s::text IS NULL THEN '[]'::jsonb

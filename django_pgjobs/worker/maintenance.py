@@ -269,17 +269,14 @@ class Pruner(AtStartThenJittered):
         policy = self.config.dead_letters
         if not policy.on:
             return 0
-        pruned = 0
-        for _ in range(policy.max_batches):
-            batch = retention.prune_dead_letters(
-                connection, policy.max_age_seconds, policy.max_per_name, policy.batch
-            )
-            pruned += batch.pruned
-            if not batch.held or batch.pruned < policy.batch:
-                break
-        if pruned:
-            logger.info("pruned %d dead letters past their retention", pruned)
-        return pruned
+        return retention.prune_in_batches(
+            connection,
+            policy.max_age_seconds,
+            policy.max_per_name,
+            policy.batch,
+            log=logger,
+            max_batches=policy.max_batches,
+        ).pruned
 
 
 # -- counts -------------------------------------------------------------------------------------
