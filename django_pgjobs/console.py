@@ -13,6 +13,8 @@ the database anyway. Nothing is changed without a selection (ids or a filter).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,7 +22,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from . import db, operations, overview, registry
+from . import db, operations, overview, registry, retention
 from .admin.actions import DEAD_LETTER_ACTIONS, JOB_ACTIONS, Action
 from .admin.base import BULK_LIMIT, plural
 from .admin.dashboard import worker_rows
@@ -308,6 +310,9 @@ def purge(selection: Selection, dry_run: bool = False) -> Outcome:
     check_queue_known(selection.queue)
     _missing_ids(_rows(Job), selection.ids, "job")
     action = JOB_ACTIONS["cancel"]
+    # named in the reason of the workflow a cancelled step ends
+    by_command = functools.partial(operations.cancel_jobs, requested_by="manage.py pgjobs purge")
+    action = dataclasses.replace(action, operation=by_command)
     queryset = _job_queryset(selection).filter(views_condition(action.views))
     why = f"only {action.valid_for} jobs are cancelled; a running one is its worker's"
     return _run_in_batches(queryset, action, "job", why, dry_run, len(selection.ids))
@@ -327,7 +332,8 @@ def pause(queue: str, paused: bool) -> Outcome:
 
 def prune() -> Outcome:
     """Delete the successful jobs kept past their retention, as the worker's pruner does
-    (``KEEP_SUCCEEDED_SECONDS``, ``KEEP_RESULTS_SECONDS``), ``PRUNE_BATCH`` per statement."""
+    (``KEEP_SUCCEEDED_SECONDS``, ``KEEP_RESULTS_SECONDS``), ``PRUNE_BATCH`` per statement, then
+    the finished workflows past theirs (``KEEP_WORKFLOWS_SECONDS``) in bounded batches."""
     config = get_config()
     conn = connection()
     pruned = 0
@@ -338,7 +344,11 @@ def prune() -> Outcome:
         pruned += deleted
         if deleted < PRUNE_BATCH:
             break
-    return Outcome(f"Pruned {plural(pruned, 'successful job')} past their retention.", pruned)
+    workflows = retention.prune_workflows(conn, config.KEEP_WORKFLOWS_SECONDS, max_batches=10**9)
+    message = f"Pruned {plural(pruned, 'successful job')} past their retention"
+    if workflows.workflows:
+        message += f", and {plural(workflows.workflows, 'finished workflow')}"
+    return Outcome(f"{message}.", pruned + workflows.workflows)
 
 
 def as_json(value: object) -> str:

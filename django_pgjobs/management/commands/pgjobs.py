@@ -102,7 +102,9 @@ class Command(BaseCommand):
         purge = sub.add_parser("purge", help="Cancel (delete) waiting jobs by filter.")
         _filters(purge, state=console.WAITING_STATES)
         purge.add_argument("--dry-run", action="store_true", help="Count, change nothing.")
-        sub.add_parser("prune", help="Delete successful jobs past their retention.")
+        sub.add_parser(
+            "prune", help="Delete successful jobs and finished workflows past their retention."
+        )
 
     def handle(self, *args, **options):
         try:
