@@ -13,7 +13,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
-from helpers import database_url_for_tests, wait_until, wait_until_listening
+from helpers import database_url_for_tests, wait_until, wait_until_listening, waiting_on_a_lock
 
 from django_pgjobs import abort, chain, group, operations
 from django_pgjobs.models import DeadLetter, Job, Workflow
@@ -84,15 +84,6 @@ def test_purging_a_waiting_step_ends_its_workflow(capsys):
     stored = Workflow.objects.get(pk=workflow.pk)
     assert stored.state == "aborted" and "cancelled by manage.py pgjobs purge" in stored.reason
     assert statuses(workflow) == [(0, "cancelled"), (1, "cancelled")]
-
-
-def waiting_on_a_lock() -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND wait_event_type = 'Lock'"
-        )
-        return cursor.fetchone()[0] == 1
 
 
 def test_a_step_claimed_while_the_workflow_is_aborted_is_asked_to_stop():
