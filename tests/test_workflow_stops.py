@@ -120,17 +120,27 @@ def test_aborting_a_workflow_stops_its_running_step_and_its_held_steps_never_sta
     start_worker,
 ):
     workflow = chain(group(wf.crunch.s(i) for i in range(3)), wf.email.s(0)).enqueue()
-    worker = start_worker(*WORKER)
-    wait_until_listening()
-    # one step runs (one executor), the two others are held by the worker, claimed unstarted
-    wait_until(lambda: Execution.objects.count() == 1, timeout=30)
-    wait_until(lambda: Job.objects.filter(status="running").count() == 3, timeout=30)
-    done = abort_workflow(workflow.pk, requested_by="a test")
-    assert done == {"aborted": True, "cancelled": 1, "requested": workflow.job_ids[:3]}
+    outcome: dict = {}
+    aborting = threading.Thread(
+        target=lambda: outcome.update(abort_workflow(workflow.pk, requested_by="a test"))
+    )
+    with psycopg.connect(database_url_for_tests()) as member:
+        # a member's acknowledgement in flight holds the workflow's row: the abort waits for it
+        member.execute("SELECT 1 FROM pgjobs_workflow WHERE id = %s FOR UPDATE", [workflow.pk])
+        aborting.start()
+        wait_until(waiting_on_a_lock, timeout=30)
+        worker = start_worker(*WORKER)
+        wait_until_listening()
+        # meanwhile one step starts (one executor) and the two others are held, claimed unstarted
+        wait_until(lambda: Execution.objects.count() == 1, timeout=30)
+        wait_until(lambda: Job.objects.filter(status="running").count() == 3, timeout=30)
+        member.commit()
+        aborting.join(timeout=30)
+    assert outcome == {"aborted": True, "cancelled": 1, "requested": workflow.job_ids[:3]}
     wait_until(lambda: DeadLetter.objects.count() == 3, timeout=30, interval=0.05)
     assert list(Execution.objects.values_list("label", flat=True)) == ["crunch-0"]
-    reasons = set(DeadLetter.objects.values_list("error_type", flat=True))
-    assert reasons == {"Aborted"}, worker.output()[-3000:]
+    error_types = set(DeadLetter.objects.values_list("error_type", flat=True))
+    assert error_types == {"Aborted"}, worker.output()[-3000:]
     stored = Workflow.objects.get(pk=workflow.pk)
     assert stored.state == "aborted" and stored.reason == "aborted at the request of a test"
     assert statuses(workflow) == [(1, "cancelled")]
