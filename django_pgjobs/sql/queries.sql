@@ -1079,12 +1079,11 @@ SELECT ARRAY(SELECT id FROM requested) AS requested,
 
 -- name: abort_workflow
 -- Abort a workflow (running, failed, or aborted with jobs left to stop: an operator cancelled
--- one step and the others of its group run on): it is marked aborted (with who asked) and its waiting
--- jobs (ready or blocked)
--- are cancelled, the workflow row locked first (as a completion locks it: a step released
--- meanwhile is cancelled too). Its running jobs are asked to stop by the next statements
--- (workflow_running_jobs, then abort_jobs), which see what was claimed while this one ran. A job
--- that finishes anyway is counted but releases nothing.
+-- one step and the others of its group run on): it is marked aborted (with who asked) and its
+-- waiting jobs (ready or blocked) are cancelled, the workflow row locked first (as a completion
+-- locks it: a step released meanwhile is cancelled too). Its running jobs are asked to stop by
+-- the next statements (workflow_running_jobs, then abort_jobs), which see what was claimed while
+-- this one ran. A job that finishes anyway is counted but releases nothing.
 WITH aborted AS (
     UPDATE pgjobs_workflow
     SET state = 'aborted', finished_at = now(),
@@ -1116,8 +1115,10 @@ SELECT id FROM pgjobs_job WHERE workflow_id = %(id)s AND status = 'running' ORDE
 -- first, with their steps that never ran ('cancelled'): only those none of whose jobs is left
 -- but cancelled ones (a job still running, or kept as successful, keeps its workflow; it goes
 -- with the job's own retention) and none of whose steps is a dead letter (requeueing it resumes
--- the workflow: the workflow stays as long as the dead letter). Workers prune at once: SKIP
--- LOCKED, and a workflow a requeue resumes meanwhile is locked by it.
+-- the workflow: the workflow stays as long as the dead letter; each run looks such workflows over
+-- again, about 0.2 s per 100,000 of them, so DEAD_LETTER_MAX_AGE_SECONDS bounds that). A dead
+-- letter requeued meanwhile is still seen by this statement's snapshot. Several workers prune at
+-- once: SKIP LOCKED.
 WITH doomed AS (
     SELECT w.id FROM pgjobs_workflow AS w
     WHERE w.finished_at < now() - %(keep_seconds)s::float8 * interval '1 second'
