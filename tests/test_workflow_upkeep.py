@@ -12,7 +12,7 @@ from django.db import connection
 from django.utils import timezone
 
 from django_pgjobs import chain, group, operations, retention
-from django_pgjobs.models import Job, Workflow
+from django_pgjobs.models import DeadLetter, Job, Workflow
 from django_pgjobs.worker.maintenance import PruneConfig, Pruner
 from testproject.handlers import workflows as wf
 
@@ -92,6 +92,12 @@ def test_finished_workflows_are_pruned_with_their_cancelled_steps_in_bounded_bat
     assert "and 1 finished workflow." in capsys.readouterr().out
     kept = set(Workflow.objects.values_list("pk", flat=True))
     assert kept == {with_a_dead_letter.pk, running.pk}
+
+    # the operator gives up on the failed step: its workflow, failed for good, goes next
+    call_command("pgjobs", "delete", str(DeadLetter.objects.get().pk))
+    call_command("pgjobs", "prune")
+    assert set(Workflow.objects.values_list("pk", flat=True)) == {running.pk}
+    assert not Job.objects.filter(workflow_id=with_a_dead_letter.pk).exists()
 
 
 class _Db:
