@@ -10,7 +10,7 @@ from datetime import timedelta
 import psycopg
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, connections
 from django.urls import reverse
 from django.utils import timezone
 from helpers import database_url_for_tests, wait_until, wait_until_listening, waiting_on_a_lock
@@ -86,6 +86,18 @@ def test_purging_a_waiting_step_ends_its_workflow(capsys):
     assert statuses(workflow) == [(0, "cancelled"), (1, "cancelled")]
 
 
+def aborting_in_a_thread(workflow, outcome: dict) -> threading.Thread:
+    """``abort_workflow()`` on a connection of its own (the thread's), closed when it is done."""
+
+    def run() -> None:
+        try:
+            outcome.update(abort_workflow(workflow.pk, requested_by="a test"))
+        finally:
+            connections.close_all()
+
+    return threading.Thread(target=run)
+
+
 def test_a_step_claimed_while_the_workflow_is_aborted_is_asked_to_stop():
     workflow = chain(wf.charge.s(1), wf.email.s(1)).enqueue()
     first = workflow.job_ids[0]
@@ -98,9 +110,7 @@ def test_a_step_claimed_while_the_workflow_is_aborted_is_asked_to_stop():
             "gen_random_uuid(), lease_expires_at = now() + interval '30 seconds' WHERE id = %s",
             [first],
         )
-        aborting = threading.Thread(
-            target=lambda: outcome.update(abort_workflow(workflow.pk, requested_by="a test"))
-        )
+        aborting = aborting_in_a_thread(workflow, outcome)
         aborting.start()
         wait_until(waiting_on_a_lock, timeout=30)
         claimer.commit()
@@ -121,9 +131,7 @@ def test_aborting_a_workflow_stops_its_running_step_and_its_held_steps_never_sta
 ):
     workflow = chain(group(wf.crunch.s(i) for i in range(3)), wf.email.s(0)).enqueue()
     outcome: dict = {}
-    aborting = threading.Thread(
-        target=lambda: outcome.update(abort_workflow(workflow.pk, requested_by="a test"))
-    )
+    aborting = aborting_in_a_thread(workflow, outcome)
     with psycopg.connect(database_url_for_tests()) as member:
         # a member's acknowledgement in flight holds the workflow's row: the abort waits for it
         member.execute("SELECT 1 FROM pgjobs_workflow WHERE id = %s FOR UPDATE", [workflow.pk])
