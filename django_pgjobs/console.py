@@ -284,11 +284,19 @@ def _missing_ids(queryset, ids: Sequence[int], noun: str) -> None:
 
 
 def _run_in_batches(
-    queryset, action: Action, noun: str, why_left: str, dry_run: bool, named: int = 0
+    queryset,
+    action: Action,
+    noun: str,
+    why_left: str,
+    dry_run: bool,
+    named: int = 0,
+    requested_by: str = COMMAND,
 ) -> Outcome:
     """The admin's ``action`` on the ids of ``queryset``, in id order, ``BULK_LIMIT`` at a time,
     one statement each (``action.operation``). ``dry_run``: count them, change nothing.
-    ``named``: how many ids the operator named (those the filters leave out are left alone)."""
+    ``named``: how many ids the operator named (those the filters leave out are left alone).
+    ``requested_by``: who the audit trail and a workflow's reason name, for the actions that
+    record it."""
     if dry_run:
         selected = queryset.count()
         return Outcome(f"Would {action.name} {plural(selected, noun)}.", selected, dry_run=True)
@@ -303,7 +311,7 @@ def _run_in_batches(
             break
         selected += len(batch)
         if action.records_user:
-            touched += action.operation(conn, batch, requested_by=COMMAND)
+            touched += action.operation(conn, batch, requested_by=requested_by)
         else:
             touched += action.operation(conn, batch)
         after = batch[-1]
@@ -350,7 +358,9 @@ def purge(selection: Selection, dry_run: bool = False) -> Outcome:
     action = JOB_ACTIONS["cancel"]
     queryset = _job_queryset(selection).filter(views_condition(action.views))
     why = f"only {action.valid_for} jobs are cancelled; a running one is its worker's"
-    return _run_in_batches(queryset, action, "job", why, dry_run, len(selection.ids))
+    # named in the reason of the workflow a cancelled step ends
+    by = f"{COMMAND} purge"
+    return _run_in_batches(queryset, action, "job", why, dry_run, len(selection.ids), by)
 
 
 def pause(queue: str, paused: bool) -> Outcome:
@@ -367,8 +377,9 @@ def pause(queue: str, paused: bool) -> Outcome:
 
 def prune(older_than: float | None = None, keep_per_name: int | None = None) -> Outcome:
     """Delete the successful jobs kept past their retention, as the worker's pruner does
-    (``KEEP_SUCCEEDED_SECONDS``, ``KEEP_RESULTS_SECONDS``), ``PRUNE_BATCH`` per statement; then
-    the dead letters past theirs (``DEAD_LETTER_MAX_AGE_SECONDS`` or ``older_than``,
+    (``KEEP_SUCCEEDED_SECONDS``, ``KEEP_RESULTS_SECONDS``), ``PRUNE_BATCH`` per statement; the
+    finished workflows past theirs (``KEEP_WORKFLOWS_SECONDS``) in bounded batches; then the dead
+    letters past theirs (``DEAD_LETTER_MAX_AGE_SECONDS`` or ``older_than``,
     ``DEAD_LETTER_MAX_PER_NAME`` or ``keep_per_name``), in the workers' batches
     (``retention.prune_in_batches``: logged, counted in ``pgjobs_stat.pruned``), taking turns
     with a worker pruning at the same time."""
@@ -382,7 +393,12 @@ def prune(older_than: float | None = None, keep_per_name: int | None = None) -> 
         pruned += deleted
         if deleted < PRUNE_BATCH:
             break
-    message = f"Pruned {plural(pruned, 'successful job')} past their retention."
+    workflows = retention.prune_workflows(conn, config.KEEP_WORKFLOWS_SECONDS, max_batches=10**9)
+    message = f"Pruned {plural(pruned, 'successful job')} past their retention"
+    if workflows.workflows:
+        message += f", and {plural(workflows.workflows, 'finished workflow')}"
+    message += "."
+    pruned += workflows.workflows
     max_age = config.DEAD_LETTER_MAX_AGE_SECONDS if older_than is None else older_than
     max_per_name = config.DEAD_LETTER_MAX_PER_NAME if keep_per_name is None else keep_per_name
     if max_age is None and max_per_name is None:

@@ -1,9 +1,12 @@
-"""Dead-letter retention: ``DEAD_LETTER_MAX_AGE_SECONDS`` and ``DEAD_LETTER_MAX_PER_NAME``.
+"""Retention of dead letters (``DEAD_LETTER_MAX_AGE_SECONDS``, ``DEAD_LETTER_MAX_PER_NAME``)
+and of finished workflows (``KEEP_WORKFLOWS_SECONDS``).
 
 The worker's ``Pruner`` (``worker/maintenance.py``) and ``manage.py pgjobs prune`` run
 ``prune_dead_letters`` batch after batch (``prune_in_batches``); each batch is one statement (``sql/queries.sql``: ``prune_dead_letters``) in its own
 transaction, behind a transaction-level advisory lock tried inside it, so one worker prunes at a
-time and no lock outlives a batch. See docs/howto/repair.md.
+time and no lock outlives a batch. See docs/howto/repair.md. ``prune_workflows`` deletes finished
+workflows the same way, batch after batch, workers skipping each other's rows (SKIP LOCKED); see
+docs/howto/workflows.md.
 """
 
 from __future__ import annotations
@@ -75,3 +78,32 @@ def prune_in_batches(
     if pruned:
         log.info("pruned %d dead letters past their retention", pruned)
     return PruneRun(pruned, finished)
+
+
+class PrunedWorkflows(NamedTuple):
+    workflows: int
+    jobs: int  # their steps that never ran (cancelled)
+
+
+#: Most workflows one prune statement deletes (one transaction), and statements per run.
+WORKFLOW_PRUNE_BATCH = 1000
+WORKFLOW_PRUNE_MAX_BATCHES = 100
+
+
+def prune_workflows(
+    connection: Connection,
+    keep_seconds: float,
+    limit: int = WORKFLOW_PRUNE_BATCH,
+    max_batches: int = WORKFLOW_PRUNE_MAX_BATCHES,
+) -> PrunedWorkflows:
+    """Delete the workflows finished more than ``keep_seconds`` ago with nothing left of them
+    but cancelled steps (no job waiting, running or kept as successful, no dead letter), and
+    those steps: batch after batch of ``limit``, at most ``max_batches``."""
+    workflows = jobs = 0
+    for _ in range(max_batches):
+        params = {"keep_seconds": keep_seconds, "limit": limit}
+        row = db.execute(connection, "prune_workflows", params)[0]
+        workflows, jobs = workflows + row["workflows"], jobs + row["jobs"]
+        if row["workflows"] < limit:
+            break
+    return PrunedWorkflows(workflows, jobs)

@@ -46,12 +46,22 @@ EXPECTED_USERS = {
         "requeue_dead_letters",
         "abort_workflow",
         "workflow_previous_results",
+        "workflow_running_jobs",
+        "prune_workflows",
+        "cancel_jobs",
+        "abort_jobs",
     },
     "pgjobs_dl_failed_idx": {"admin: dead letters", "prune_dead_letters"},
     "pgjobs_dl_type_idx": {"dead_letter_error_types"},
     "pgjobs_dl_name_idx": {"dead_letter_names", "prune_dead_letters"},
     "pgjobs_dl_queue_idx": {"dead_letters_by_queue", "job_queue_names"},
     "pgjobs_dl_job_idx": {"find_job_result"},
+    # a workflow's dead-lettered steps: its resume waits for the last, its prune for none left
+    "pgjobs_dl_workflow_idx": {
+        "requeue_dead_letters",
+        "requeue_edited_dead_letter",
+        "prune_workflows",
+    },
     "pgjobs_stat_minute_idx": {"prune_queue_stats", "queue_stats_since"},
     "pgjobs_stat_queue_minute": {"record_queue_stats"},
 }

@@ -153,7 +153,8 @@ class Command(BaseCommand):
         _filters(purge, state=console.WAITING_STATES)
         purge.add_argument("--dry-run", action="store_true", help="Count, change nothing.")
         prune = sub.add_parser(
-            "prune", help="Delete successful jobs and dead letters past their retention."
+            "prune",
+            help="Delete successful jobs, finished workflows and dead letters past their retention.",
         )
         prune.add_argument(
             "--dead-letters-older-than",
