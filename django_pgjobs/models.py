@@ -358,6 +358,13 @@ class DeadLetter(RepairColumns):
             models.Index("queue", "failed_at", name="pgjobs_dl_queue_idx"),
             # get_result: a failed job is found by the id it had in pgjobs_job.
             models.Index("job_id", name="pgjobs_dl_job_idx"),
+            # A workflow's dead-lettered steps: its requeue resumes it once none is left, its
+            # prune waits for them, its admin page lists them. Jobs outside one add none.
+            models.Index(
+                "workflow_id",
+                name="pgjobs_dl_workflow_idx",
+                condition=Q(workflow_id__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:

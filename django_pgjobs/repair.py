@@ -20,6 +20,42 @@ from . import db, registry
 from .conf import get_config
 from .payload import dump_arguments
 
+#: Replay rates: from one job an hour to ``MAX_REPLAY_RATE`` a second.
+MAX_REPLAY_RATE = 10_000.0
+MIN_REPLAY_RATE = 1 / 3600
+RATE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}  # seconds per unit
+
+
+class Rate(NamedTuple):
+    per_second: float
+    text: str  # as the operator wrote it, tidied: "50/s", "300/m", "1000/h"
+
+
+def parse_rate(text: str) -> Rate:
+    """A staggered replay's rate: ``50`` or ``50/s`` a second, ``300/m`` a minute, ``1000/h``
+    an hour (Celery's ``rate_limit`` syntax); ``ValueError`` saying why not."""
+    number, slash, unit = text.strip().partition("/")
+    unit = unit.strip() if slash else "s"
+    try:
+        count = float(number)
+    except ValueError:
+        count = float("nan")
+    if unit not in RATE_UNITS or count != count:  # NaN: not a number
+        raise ValueError(
+            _(
+                "the rate must be a number of jobs per second, minute or hour (50, 50/s, 300/m, "
+                "1000/h), not %(text)s"
+            )
+            % {"text": repr(text)}
+        )
+    per_second = count / RATE_UNITS[unit]
+    if not MIN_REPLAY_RATE <= per_second <= MAX_REPLAY_RATE:
+        raise ValueError(
+            _("the rate must be more than 0, from 1/h to %(max)s/s, not %(text)s")
+            % {"max": f"{MAX_REPLAY_RATE:g}", "text": repr(text)}
+        )
+    return Rate(per_second, f"{count:g}/{unit}")
+
 
 class EditRefused(ValueError):
     """Edited arguments that cannot be requeued; the message says why."""

@@ -16,9 +16,10 @@ Stored in ``pgjobs_job.status`` (the names follow ``django.tasks.TaskResultStatu
     A step of a workflow waiting for the step before it (``docs/howto/workflows.md``): never
     claimed; the statement that completes the last job of the step before makes it ``ready``.
 ``cancelled``
-    A step of a workflow that will not run: a step before it was dead-lettered, or the
-    workflow was aborted (the workflow's ``reason`` says which). Requeueing the dead letter
-    makes it ``blocked`` (or ``ready``) again.
+    A step of a workflow that will not run: an operator cancelled it (Cancel job, ``abort()``,
+    ``purge``), a step before it was dead-lettered or cancelled, or the workflow was aborted (the
+    workflow's ``reason`` says which). Requeueing a dead letter of the workflow makes it
+    ``blocked`` (or ``ready``) again; pruned with its workflow.
 
 A job that fails its last attempt, names no registered job, or carries arguments that do not fit
 its function leaves ``pgjobs_job`` and becomes a row of ``pgjobs_deadletter`` (``failed`` in

@@ -50,6 +50,14 @@ class Workflow(models.Model):
         db_table = "pgjobs_workflow"
         ordering = ["-id"]
         app_label = "django_pgjobs"
+        indexes = [
+            # The workflows to prune, oldest first (prune_workflows): finished ones only.
+            models.Index(
+                "finished_at",
+                name="pgjobs_workflow_finished_idx",
+                condition=models.Q(finished_at__isnull=False),
+            ),
+        ]
 
     def __str__(self) -> str:
         return gettext("%(name)s (workflow #%(id)s)") % {"name": self.name, "id": self.id}

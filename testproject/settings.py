@@ -152,6 +152,14 @@ PGJOBS = {
     ],
 }
 
+# Retention for the tests run as processes (tests/test_repair_command.py): successful jobs kept
+# to read their start times, dead letters pruned by `manage.py pgjobs prune`. None by default.
+for _setting in ("KEEP_SUCCEEDED_SECONDS", "DEAD_LETTER_MAX_AGE_SECONDS"):
+    if os.environ.get("PGJOBS_" + _setting):
+        PGJOBS[_setting] = float(os.environ["PGJOBS_" + _setting])
+if os.environ.get("PGJOBS_DEAD_LETTER_MAX_PER_NAME"):
+    PGJOBS["DEAD_LETTER_MAX_PER_NAME"] = int(os.environ["PGJOBS_DEAD_LETTER_MAX_PER_NAME"])
+
 # The tests run behind PgBouncer in transaction mode (tests/pgbouncer_support.py) use the
 # settings docs/howto/deploy.md#pgbouncer gives for it (PgBouncer before 1.21).
 if os.environ.get("PGJOBS_TEST_PGBOUNCER") == "1":

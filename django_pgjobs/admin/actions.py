@@ -113,11 +113,13 @@ JOB_ACTIONS: dict[str, Action] = {
             operation=operations.cancel_jobs,
             done=ngettext_lazy("Cancelled %(n)s job.", "Cancelled %(n)s jobs.", "count"),
             views=WAITING,
+            records_user=True,  # in the reason of the workflow a cancelled step ends
             confirm=True,
             yes=_("Yes, cancel job"),
             consequence=_(
                 "Cancelling deletes these waiting jobs: they will not run, and nothing "
-                "of them is kept."
+                "of them is kept. A step of a workflow is kept as cancelled, and its workflow "
+                "ends (aborted): its later steps are cancelled."
             ),
             links_to=None,
         ),

@@ -4,6 +4,7 @@ audit trail (``repairs``) shown on dead letters and jobs."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
@@ -163,10 +164,6 @@ def _short(value, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-#: Highest replay rate the form accepts, in jobs per second.
-MAX_REPLAY_RATE = 10_000.0
-
-
 def replay_over_time(model_admin, request, queryset):
     """The changelist action "Replay over time": first a page asking the rate (jobs per second),
     then the selected dead letters requeued in one statement, due ``1 / rate`` seconds apart
@@ -195,43 +192,43 @@ def replay_over_time(model_admin, request, queryset):
     scheduled = operations.requeue_dead_letters_spread(
         model_admin.connection(),
         ids,
-        1 / rate,
+        1 / rate.per_second,
         requested_by=f"admin user {request.user.get_username()!r}",
     )
     skipped = len(ids) - len(scheduled)
     if not scheduled:
-        messages.warning(request, _("No dead letter was requeued: all were gone or held."))
+        messages.warning(request, NONE_REPLAYED)
         return None
-    last = max(run_after for _, run_after in scheduled)
-    seconds = (len(scheduled) - 1) / rate
-    done = ngettext(
-        "Scheduled %(n)s job at %(rate)s/s: the first is due now, the last at %(last)s "
-        "(in %(duration)s).",
-        "Scheduled %(n)s jobs at %(rate)s/s: the first is due now, the last at %(last)s "
-        "(in %(duration)s).",
-        len(scheduled),
-    ) % {
-        "n": f"{len(scheduled):,}",
-        "rate": f"{rate:g}",
-        "last": f"{display.local(last):%Y-%m-%d %H:%M:%S}",
-        "duration": display.duration(seconds),
-    }
+    done = replay_message(len(scheduled), rate, max(run_after for _, run_after in scheduled))
     left = letters_left_alone(skipped)
     model_admin.report(request, done, left, truncated)
     return None
 
 
-def _rate(text: str | None) -> tuple[float | None, str]:
+NONE_REPLAYED = gettext_lazy("No dead letter was requeued: all were gone or held.")
+
+
+def replay_message(count: int, rate: repair.Rate, last: datetime) -> str:
+    """What a staggered replay did (the admin's and ``pgjobs requeue --rate``'s words)."""
+    seconds = (count - 1) / rate.per_second
+    return ngettext(
+        "Scheduled %(n)s job at %(rate)s: the first is due now, the last at %(last)s "
+        "(in %(duration)s).",
+        "Scheduled %(n)s jobs at %(rate)s: the first is due now, the last at %(last)s "
+        "(in %(duration)s).",
+        count,
+    ) % {
+        "n": f"{count:,}",
+        "rate": rate.text,
+        "last": f"{display.local(last):%Y-%m-%d %H:%M:%S}",
+        "duration": display.duration(seconds),
+    }
+
+
+def _rate(text: str | None) -> tuple[repair.Rate | None, str]:
     if text is None:
         return None, ""
     try:
-        rate = float(text)
-    except ValueError:
-        return None, _("The rate must be a number of jobs per second, not %(text)s.") % {
-            "text": repr(text)
-        }
-    if not 0 < rate <= MAX_REPLAY_RATE:  # NaN fails too
-        return None, _("The rate must be more than 0 and at most %(max)s per second.") % {
-            "max": f"{MAX_REPLAY_RATE:g}"
-        }
-    return rate, ""
+        return repair.parse_rate(text), ""
+    except ValueError as error:
+        return None, f"{str(error)[:1].upper()}{str(error)[1:]}."

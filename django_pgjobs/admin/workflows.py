@@ -80,8 +80,7 @@ class WorkflowAdmin(OperatorAdmin):
             "progress": self.progress(workflow),
             "steps": _steps(workflow, jobs, dead),
             "shown": STEPS_SHOWN,
-            "can_abort": self.has_operate_permission(request)
-            and workflow.state in ("running", "failed"),
+            "can_abort": self.has_operate_permission(request) and _abortable(workflow, jobs),
         }
         return TemplateResponse(request, "admin/django_pgjobs/workflow.html", context)
 
@@ -126,7 +125,19 @@ class WorkflowAdmin(OperatorAdmin):
 #: Jobs listed on a workflow's page (a large group shows its first ones).
 STEPS_SHOWN = 500
 STEP_FIELDS = ("id", "name", "status", "attempts", "max_attempts", "workflow_step",
-               "workflow_member", "created_at", "started_at", "finished_at", "run_after")  # fmt: skip
+               "workflow_member", "created_at", "started_at", "finished_at", "run_after",
+               "abort_requested_at")  # fmt: skip
+
+
+def _abortable(workflow: Workflow, jobs: list[Job]) -> bool:
+    """Running or failed; or aborted with jobs left to stop (a cancelled step's group runs on):
+    as the statement ``abort_workflow`` decides."""
+    if workflow.state in ("running", "failed"):
+        return True
+    return workflow.state == "aborted" and any(
+        job.status == "ready" or (job.status == "running" and job.abort_requested_at is None)
+        for job in jobs
+    )
 
 
 def _who(request) -> str:

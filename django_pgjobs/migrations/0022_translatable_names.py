@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_pgjobs", "0020_recurring_mends"),
+        ("django_pgjobs", "0021_workflow_retention"),
     ]
 
     operations = [
