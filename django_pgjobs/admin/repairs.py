@@ -12,16 +12,37 @@ from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext
 
 from .. import operations, redaction, repair
 from . import display
 from .base import refuse_mutation, require_view, row_id
 
 #: Why selected dead letters were not requeued.
-GONE = (
+GONE = gettext_lazy(
     "already requeued or deleted by someone else, or their unique key is held by a ready or "
     "running job, or by a newer selected dead letter requeued instead"
 )
+
+
+def letters_left_alone(count: int) -> str:
+    """What a requeue of ``count`` selected dead letters left alone says ("" for none)."""
+    if not count:
+        return ""
+    return ngettext(
+        "%(n)s selected dead letter was left alone (%(why)s).",
+        "%(n)s selected dead letters were left alone (%(why)s).",
+        count,
+    ) % {"n": f"{count:,}", "why": GONE}
+
+
+def left_alone(pk) -> str:
+    """The message of a requeue of one dead letter that did nothing."""
+    return _(
+        "Dead letter #%(id)s was left alone: it was already requeued or deleted by someone "
+        "else, or its unique key is held by a ready or running job."
+    ) % {"id": pk}
 
 
 def edit_view(model_admin, request, object_id):
@@ -40,8 +61,11 @@ def edit_view(model_admin, request, object_id):
     if any(redaction.may_redact(text, row["name"]) for text in stored):
         messages.error(
             request,
-            f"Dead letter #{pk} cannot be edited here: its arguments may hold values the admin "
-            "redacts (PGJOBS['REDACT_KEYS']).",
+            _(
+                "Dead letter #%(id)s cannot be edited here: its arguments may hold values the "
+                "admin redacts (PGJOBS['REDACT_KEYS'])."
+            )
+            % {"id": pk},
         )
         return HttpResponseRedirect(reverse(model_admin.url_name("change"), args=[pk]))
     args_text = json.dumps(row["args"], indent=2, ensure_ascii=False)
@@ -65,7 +89,7 @@ def edit_view(model_admin, request, object_id):
             return _requeued(model_admin, request, pk, job_id, changelist)
     context = model_admin.page_context(
         request,
-        f"Edit and requeue dead letter #{pk}",
+        _("Edit and requeue dead letter #%(id)s") % {"id": pk},
         dead_letter=row,
         args_text=args_text,
         kwargs_text=kwargs_text,
@@ -79,17 +103,13 @@ def edit_view(model_admin, request, object_id):
 
 def _requeued(model_admin, request, pk: int, job_id: int | None, changelist: str):
     if job_id is None:
-        messages.warning(
-            request,
-            f"Dead letter #{pk} was left alone: it was already requeued or deleted by someone "
-            "else, or its unique key is held by a ready or running job.",
-        )
+        messages.warning(request, left_alone(pk))
         return HttpResponseRedirect(changelist)
     job_page = reverse(model_admin.url_name("change", model_name="job"), args=[job_id])
     messages.success(
         request,
         format_html(
-            'Requeued dead letter #{} with edited arguments as job <a href="{}">#{}</a>.',
+            _('Requeued dead letter #{} with edited arguments as job <a href="{}">#{}</a>.'),
             pk,
             job_page,
             job_id,
@@ -103,7 +123,11 @@ def trail_html(model_admin, obj) -> str:
     one line per repair (when, who, what changed)."""
     lines = []
     if obj.replayed_from is not None:
-        lines.append(format_html("<p>Requeued from dead letter #{}.</p>", obj.replayed_from))
+        lines.append(
+            format_html(
+                "<p>{}</p>", _("Requeued from dead letter #%(id)s.") % {"id": obj.replayed_from}
+            )
+        )
     entries = obj.repairs if isinstance(obj.repairs, list) else []
     if entries:
         items = format_html_join(
@@ -116,7 +140,7 @@ def trail_html(model_admin, obj) -> str:
 def _entry(entry: dict) -> str:
     """One repair: when, who, what (and the arguments before and after, for an edit)."""
     text = format_html(
-        "{} by {}: {} (dead letter #{} of job #{})",
+        _("{} by {}: {} (dead letter #{} of job #{})"),
         entry.get("at", ""),
         entry.get("by", ""),
         entry.get("action", ""),
@@ -126,7 +150,7 @@ def _entry(entry: dict) -> str:
     if "args" not in entry:
         return text
     return format_html(
-        "{}; args {} → {}, kwargs {} → {}",
+        _("{}; args {} → {}, kwargs {} → {}"),
         text,
         _short(entry.get("args_before")),
         _short(entry.get("args")),
@@ -149,7 +173,12 @@ def replay_over_time(model_admin, request, queryset):
     if rate is None:
         context = model_admin.page_context(
             request,
-            f"Replay {len(ids):,} dead letter{'s' if len(ids) != 1 else ''} over time",
+            ngettext(
+                "Replay %(n)s dead letter over time",
+                "Replay %(n)s dead letters over time",
+                len(ids),
+            )
+            % {"n": f"{len(ids):,}"},
             # "select all" of a filtered list: the same filter (the page's query string) again,
             # not thousands of ids in a form (DATA_UPLOAD_MAX_NUMBER_FIELDS)
             select_across=request.POST.get("select_across") == "1",
@@ -171,22 +200,29 @@ def replay_over_time(model_admin, request, queryset):
         messages.warning(request, NONE_REPLAYED)
         return None
     done = replay_message(len(scheduled), rate, max(run_after for _, run_after in scheduled))
-    left = f"{skipped:,} selected dead letters were left alone ({GONE})." if skipped else ""
+    left = letters_left_alone(skipped)
     model_admin.report(request, done, left, truncated)
     return None
 
 
-NONE_REPLAYED = "No dead letter was requeued: all were gone or held."
+NONE_REPLAYED = gettext_lazy("No dead letter was requeued: all were gone or held.")
 
 
 def replay_message(count: int, rate: repair.Rate, last: datetime) -> str:
     """What a staggered replay did (the admin's and ``pgjobs requeue --rate``'s words)."""
     seconds = (count - 1) / rate.per_second
-    return (
-        f"Scheduled {count:,} job{'s' if count != 1 else ''} at {rate.text}: the first is due "
-        f"now, the last at {display.local(last):%Y-%m-%d %H:%M:%S} "
-        f"(in {display.duration(seconds)})."
-    )
+    return ngettext(
+        "Scheduled %(n)s job at %(rate)s: the first is due now, the last at %(last)s "
+        "(in %(duration)s).",
+        "Scheduled %(n)s jobs at %(rate)s: the first is due now, the last at %(last)s "
+        "(in %(duration)s).",
+        count,
+    ) % {
+        "n": f"{count:,}",
+        "rate": rate.text,
+        "last": f"{display.local(last):%Y-%m-%d %H:%M:%S}",
+        "duration": display.duration(seconds),
+    }
 
 
 def _rate(text: str | None) -> tuple[repair.Rate | None, str]:
