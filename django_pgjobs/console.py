@@ -14,13 +14,16 @@ the database anyway. Nothing is changed without a selection (ids or a filter).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from django.utils import timezone
 
-from . import db, operations, overview, registry
+from . import db, operations, overview, registry, retention
+from .admin import display
 from .admin.actions import DEAD_LETTER_ACTIONS, JOB_ACTIONS, Action
 from .admin.base import BULK_LIMIT, plural
 from .admin.dashboard import worker_rows
@@ -48,6 +51,12 @@ JOB_STATES = tuple(
 WAITING_STATES = tuple(str(view) for view in sorted(JOB_ACTIONS["cancel"].views))
 #: Most successful jobs one prune statement deletes (as the worker's pruner).
 PRUNE_BATCH = 10_000
+#: Who the command is, in the audit trail of the jobs it requeues (the admin's: the admin user).
+COMMAND = "manage.py pgjobs"
+#: Longest a prune waits for its turn while a worker prunes dead letters (a batch at a time).
+PRUNE_TURN_WAIT_SECONDS = 10.0
+
+logger = logging.getLogger("django_pgjobs")
 
 
 class BadInput(ValueError):
@@ -63,10 +72,20 @@ class Selection:
     name: str | None = None
     state: str | None = None  # a job view (jobs only)
     error_type: str | None = None  # dead letters only
+    died_within: float | None = None  # seconds; dead letters only (the admin's "died within")
+    older_than: float | None = None  # seconds; dead letters only
 
     @property
     def empty(self) -> bool:
-        return not (self.ids or self.queue or self.name or self.state or self.error_type)
+        return not (
+            self.ids
+            or self.queue
+            or self.name
+            or self.state
+            or self.error_type
+            or self.died_within
+            or self.older_than
+        )
 
 
 @dataclass
@@ -190,6 +209,11 @@ def _dead_letter_queryset(selection: Selection):
     for key in ("queue", "name", "error_type"):
         if getattr(selection, key) is not None:
             rows = rows.filter(**{key: getattr(selection, key)})
+    now = timezone.now()
+    if selection.died_within is not None:
+        rows = rows.filter(failed_at__gt=now - timedelta(seconds=selection.died_within))
+    if selection.older_than is not None:
+        rows = rows.filter(failed_at__lt=now - timedelta(seconds=selection.older_than))
     return rows
 
 
@@ -260,11 +284,19 @@ def _missing_ids(queryset, ids: Sequence[int], noun: str) -> None:
 
 
 def _run_in_batches(
-    queryset, action: Action, noun: str, why_left: str, dry_run: bool, named: int = 0
+    queryset,
+    action: Action,
+    noun: str,
+    why_left: str,
+    dry_run: bool,
+    named: int = 0,
+    requested_by: str = COMMAND,
 ) -> Outcome:
     """The admin's ``action`` on the ids of ``queryset``, in id order, ``BULK_LIMIT`` at a time,
     one statement each (``action.operation``). ``dry_run``: count them, change nothing.
-    ``named``: how many ids the operator named (those the filters leave out are left alone)."""
+    ``named``: how many ids the operator named (those the filters leave out are left alone).
+    ``requested_by``: who the audit trail and a workflow's reason name, for the actions that
+    record it."""
     if dry_run:
         selected = queryset.count()
         return Outcome(f"Would {action.name} {plural(selected, noun)}.", selected, dry_run=True)
@@ -278,24 +310,40 @@ def _run_in_batches(
         if not batch:
             break
         selected += len(batch)
-        touched += action.operation(conn, batch)
+        if action.records_user:
+            touched += action.operation(conn, batch, requested_by=requested_by)
+        else:
+            touched += action.operation(conn, batch)
         after = batch[-1]
-    skipped = max(selected, named) - len(touched)
-    note = ""
-    if skipped:
-        was = "was" if skipped == 1 else "were"
-        note = f"{plural(skipped, 'selected ' + noun)} {was} left alone ({why_left})."
+    note = left_alone(max(selected, named) - len(touched), noun, why_left)
     return Outcome(action.message(len(touched)), len(touched), sorted(touched), note)
+
+
+def left_alone(skipped: int, noun: str, why: str) -> str:
+    """The admin's note on selected rows left alone, or ""."""
+    if not skipped:
+        return ""
+    was = "was" if skipped == 1 else "were"
+    return f"{plural(skipped, 'selected ' + noun)} {was} left alone ({why})."
+
+
+def dead_letters_of(selection: Selection):
+    """The dead letters of ``selection``; ``BadInput`` without ids or a filter, for an unknown
+    queue, or an id with no dead letter."""
+    if selection.empty:
+        raise BadInput(
+            "name dead letters by id or by a filter (--queue, --name, --error-type, "
+            "--died-within, --older-than)"
+        )
+    check_queue_known(selection.queue)
+    _missing_ids(_rows(DeadLetter), selection.ids, "dead letter")
+    return _dead_letter_queryset(selection)
 
 
 def act_on_dead_letters(action_name: str, selection: Selection, dry_run: bool = False) -> Outcome:
     """Requeue or delete the dead letters of ``selection`` (the admin's actions)."""
-    if selection.empty:
-        raise BadInput("name dead letters by id or by a filter (--queue, --name, --error-type)")
-    check_queue_known(selection.queue)
-    _missing_ids(_rows(DeadLetter), selection.ids, "dead letter")
+    queryset = dead_letters_of(selection)
     action = DEAD_LETTER_ACTIONS[action_name]
-    queryset = _dead_letter_queryset(selection)
     named = len(selection.ids)
     return _run_in_batches(queryset, action, "dead letter", GONE, dry_run, named)
 
@@ -310,7 +358,9 @@ def purge(selection: Selection, dry_run: bool = False) -> Outcome:
     action = JOB_ACTIONS["cancel"]
     queryset = _job_queryset(selection).filter(views_condition(action.views))
     why = f"only {action.valid_for} jobs are cancelled; a running one is its worker's"
-    return _run_in_batches(queryset, action, "job", why, dry_run, len(selection.ids))
+    # named in the reason of the workflow a cancelled step ends
+    by = f"{COMMAND} purge"
+    return _run_in_batches(queryset, action, "job", why, dry_run, len(selection.ids), by)
 
 
 def pause(queue: str, paused: bool) -> Outcome:
@@ -325,9 +375,14 @@ def pause(queue: str, paused: bool) -> Outcome:
     return Outcome(f"{verb} queue {queue}.", 1)
 
 
-def prune() -> Outcome:
+def prune(older_than: float | None = None, keep_per_name: int | None = None) -> Outcome:
     """Delete the successful jobs kept past their retention, as the worker's pruner does
-    (``KEEP_SUCCEEDED_SECONDS``, ``KEEP_RESULTS_SECONDS``), ``PRUNE_BATCH`` per statement."""
+    (``KEEP_SUCCEEDED_SECONDS``, ``KEEP_RESULTS_SECONDS``), ``PRUNE_BATCH`` per statement; the
+    finished workflows past theirs (``KEEP_WORKFLOWS_SECONDS``) in bounded batches; then the dead
+    letters past theirs (``DEAD_LETTER_MAX_AGE_SECONDS`` or ``older_than``,
+    ``DEAD_LETTER_MAX_PER_NAME`` or ``keep_per_name``), in the workers' batches
+    (``retention.prune_in_batches``: logged, counted in ``pgjobs_stat.pruned``), taking turns
+    with a worker pruning at the same time."""
     config = get_config()
     conn = connection()
     pruned = 0
@@ -338,7 +393,46 @@ def prune() -> Outcome:
         pruned += deleted
         if deleted < PRUNE_BATCH:
             break
-    return Outcome(f"Pruned {plural(pruned, 'successful job')} past their retention.", pruned)
+    workflows = retention.prune_workflows(conn, config.KEEP_WORKFLOWS_SECONDS, max_batches=10**9)
+    message = f"Pruned {plural(pruned, 'successful job')} past their retention"
+    if workflows.workflows:
+        message += f", and {plural(workflows.workflows, 'finished workflow')}"
+    message += "."
+    pruned += workflows.workflows
+    max_age = config.DEAD_LETTER_MAX_AGE_SECONDS if older_than is None else older_than
+    max_per_name = config.DEAD_LETTER_MAX_PER_NAME if keep_per_name is None else keep_per_name
+    if max_age is None and max_per_name is None:
+        return Outcome(message, pruned)
+    run = retention.prune_in_batches(
+        conn,
+        max_age,
+        max_per_name,
+        config.DEAD_LETTER_PRUNE_BATCH,
+        log=logger,
+        wait_seconds=PRUNE_TURN_WAIT_SECONDS,
+    )
+    message += f"\nPruned {plural(run.pruned, 'dead letter')} past their retention ("
+    message += "; ".join(_retention_words(max_age, max_per_name)) + ")."
+    if not run.finished:
+        message += "\nStopped early: another process kept the dead letters' pruning; run again."
+    return Outcome(message, pruned + run.pruned)
+
+
+def _age(seconds: float) -> str:
+    """``30 d``, ``12 h``, ``90 min`` when whole, else ``display.duration``."""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size and not seconds % size:
+            return f"{seconds / size:g} {unit}"
+    return display.duration(seconds)
+
+
+def _retention_words(max_age: float | None, max_per_name: int | None) -> list[str]:
+    words = []
+    if max_age is not None:
+        words.append(f"failed over {_age(max_age)} ago")
+    if max_per_name is not None:
+        words.append(f"beyond the newest {max_per_name:,} per job name")
+    return words
 
 
 def as_json(value: object) -> str:

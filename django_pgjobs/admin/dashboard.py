@@ -14,9 +14,11 @@ from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from .. import overview, registry
 from ..models import DeadLetter, Job, QueueState, Worker
+from ..states import view_label
 from . import display
 from .base import require_view
 from .queues import with_queues_text
@@ -41,7 +43,12 @@ def chart_bars(points, width: int = CHART_WIDTH, height: int = CHART_HEIGHT) -> 
                 "ok_height": h_ok,
                 "failed_y": round(height - h_ok - h_failed, 1),
                 "failed_height": h_failed,
-                "label": f"{display.local(minute):%H:%M}: {succeeded} succeeded, {failed} failed",
+                "label": _("%(minute)s: %(succeeded)s succeeded, %(failed)s failed")
+                % {
+                    "minute": f"{display.local(minute):%H:%M}",
+                    "succeeded": succeeded,
+                    "failed": failed,
+                },
             }
         )
     return {"bars": bars, "peak": peak, "width": width, "height": height}
@@ -98,7 +105,12 @@ def queue_rows(queues) -> list[dict]:
                 if queue.failure_rate is None
                 else f"{queue.failure_rate * 100:.1f} %",
                 "bar": [
-                    (view, count, round(100 * count / widest, 2), display.VIEW_COLOURS[view])
+                    (
+                        view_label(view),
+                        count,
+                        round(100 * count / widest, 2),
+                        display.VIEW_COLOURS[view],
+                    )
                     for view, count in (
                         ("due", queue.due),
                         ("scheduled", queue.scheduled),
@@ -137,7 +149,7 @@ def dashboard_view(model_admin, request):
     }
     context = model_admin.page_context(
         request,
-        "Jobs dashboard",
+        _("Jobs dashboard"),
         rows=rows,
         totals=totals,
         workers=workers,
@@ -153,7 +165,7 @@ def dashboard_view(model_admin, request):
         estimates=overview.table_row_estimates(connection),
         can_pause=may("operate", QueueState),
         legend=[
-            (view, display.VIEW_COLOURS[view])
+            (view_label(view), display.VIEW_COLOURS[view])
             for view in ("due", "scheduled", "retrying", "running")
         ],
         measured_at=now,
