@@ -4,7 +4,7 @@ with a long transaction holding the xmin horizon while claims and deletes go on.
     python -m bench.depth                          # every size, then the held horizon
     python -m bench.depth --sizes 1000,100000 --rounds 100
     python -m bench.depth --only horizon --horizon-jobs 60000
-    python -m bench.depth --base-migration 0020_recurring_mends   # each size on both schemas
+    python -m bench.depth --base-migration 0022_translatable_names   # each size on both schemas
 
 Each size is seeded with ``generate_series`` (due jobs spread over the last two hours, then
 ``VACUUM ANALYZE`` and a ``CHECKPOINT``), then ``--rounds`` rounds run, each: 200 new due jobs

@@ -24,7 +24,7 @@ class Migration(migrations.Migration):
     atomic = False  # CREATE/DROP INDEX CONCURRENTLY cannot run in a transaction
 
     dependencies = [
-        ("django_pgjobs", "0020_recurring_mends"),
+        ("django_pgjobs", "0022_translatable_names"),
     ]
 
     operations = [
