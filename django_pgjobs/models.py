@@ -40,6 +40,13 @@ class JobQuerySet(models.QuerySet):
         """Jobs in one of the operator views of ``states.View``."""
         return self.filter(view_condition(view))
 
+    def in_queue(self, queue: str):
+        """Jobs of one queue. Running rows are not in ``pgjobs_job_queue_idx`` (the claim writes
+        no entry there), so the condition names both halves: each is read through an index (that
+        one, and the lease index for the running rows) instead of a scan of the table."""
+        running = Q(status=Status.RUNNING)
+        return self.filter(Q(queue=queue) & (~running | running))
+
     def lease_expired(self):
         return self.filter(status=Status.RUNNING, lease_expires_at__lt=timezone.now())
 
@@ -231,7 +238,11 @@ class Job(RepairColumns):
                 name="pgjobs_job_finished_idx",
                 condition=Q(status="successful"),
             ),
-            models.Index("queue", "status", name="pgjobs_job_queue_status_idx"),
+            # The queues of the jobs (job_queue_names), the admin's lists of one queue. Running
+            # rows stay out (the lease index has them): the claim then writes no entry here.
+            models.Index(
+                "queue", "status", name="pgjobs_job_queue_idx", condition=~Q(status="running")
+            ),
             # Steps of a workflow (release, cancel, the admin page). Jobs outside one add none.
             models.Index(
                 "workflow",
@@ -375,61 +386,6 @@ class DeadLetter(RepairColumns):
         return self.errors[-1] if self.errors else None
 
 
-class ThrottleWindow(models.Model):
-    """The throttle window of a unique key (``@job(throttle=N)``): no other job of the key is
-    enqueued before ``ends_at``, even after the job that opened it finished and was deleted.
-    Opened and reopened by the enqueue statement itself (``ON CONFLICT (key) DO UPDATE ...
-    WHERE ends_at <= now``); windows past their end are deleted by the worker's Pruner."""
-
-    key = models.CharField(primary_key=True, max_length=255)
-    ends_at = models.DateTimeField()
-
-    class Meta:
-        db_table = "pgjobs_throttle"
-        ordering = ["ends_at"]
-
-    def __str__(self) -> str:
-        return f"{self.key} until {self.ends_at:%Y-%m-%d %H:%M:%S}"
-
-
-class Worker(models.Model):
-    """A running ``runjobs`` process, kept alive by its heartbeat and removed when it stops."""
-
-    id = models.CharField(verbose_name=_("id"), primary_key=True, max_length=255)
-    hostname = models.CharField(verbose_name=_("hostname"), max_length=255)
-    pid = models.IntegerField(verbose_name=_("pid"))
-    queues = models.JSONField(default=list, help_text=_("Empty list: all queues."))
-    concurrency = models.IntegerField(verbose_name=_("concurrency"))
-    started_at = models.DateTimeField(default=timezone.now)
-    last_seen_at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        verbose_name = _("worker")
-        verbose_name_plural = _("workers")
-        db_table = "pgjobs_worker"
-        ordering = ["hostname", "pid"]
-
-    def __str__(self) -> str:
-        return self.id
-
-
-class QueueState(models.Model):
-    """Operator switches per queue. A paused queue is skipped by every worker's claim."""
-
-    name = models.CharField(verbose_name=_("name"), primary_key=True, max_length=QUEUE_NAME_MAX)
-    paused = models.BooleanField(verbose_name=_("paused"), default=False)
-    changed_at = models.DateTimeField(verbose_name=_("changed at"), default=timezone.now)
-
-    class Meta:
-        verbose_name = _("queue")
-        verbose_name_plural = _("queues")
-        db_table = "pgjobs_queue"
-        ordering = ["name"]
-
-    def __str__(self) -> str:
-        return self.name
-
-
 class Dashboard(Job):
     """No rows of its own: the admin's "Dashboard" entry, so that the admin index, the app's
     page and the navigation sidebar link to the dashboard. Seeing it takes the permission to
@@ -445,4 +401,5 @@ class Dashboard(Job):
 # ``models.IntegerArrayField``).
 from .schedule_models import Schedule, ScheduleFire  # noqa: E402, F401
 from .stat_models import IntegerArrayField, QueueStat  # noqa: E402, F401
+from .runtime_models import QueueState, ThrottleWindow, Worker  # noqa: E402, F401
 from .workflow_models import Workflow  # noqa: E402, F401 (a model of this app: registered with it)

@@ -83,6 +83,16 @@ def view_ordering(view: str | None) -> list[str]:
     return ["-id"]  # newest first (primary key)
 
 
+class JobQueueFilter(QueueFilter):
+    """The queue filter of the jobs list: ``Job.objects.in_queue`` (each half through an index)."""
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value is None or "\x00" in value:
+            return super().queryset(request, queryset)
+        return queryset.in_queue(value)
+
+
 class JobNameFilter(admin.SimpleListFilter):
     """Job names from the registry (what workers can run), not a scan of the table."""
 
@@ -131,7 +141,7 @@ class JobAdmin(JobRowAdmin):
         "result_kept",
     )
     list_display_links = ("job_id",)
-    list_filter = (ViewFilter, QueueFilter, JobNameFilter)
+    list_filter = (ViewFilter, JobQueueFilter, JobNameFilter)
     search_fields = ("name",)  # replaced by get_search_results; the box needs one entry
     search_help_text = gettext_lazy(
         "An id (#123 or 123), a job name (full or its function name) or a unique key."

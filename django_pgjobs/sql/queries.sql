@@ -1281,11 +1281,14 @@ CROSS JOIN LATERAL (
 -- name: job_queue_names
 -- Distinct queues of pgjobs_job, dead letters, paused queues and recent statistics. The two
 -- big tables are read with a loose index scan (one index probe per distinct queue), so the cost
--- follows the number of queues, not of rows.
+-- follows the number of queues, not of rows. pgjobs_job_queue_idx leaves running rows out (the
+-- claim writes no entry in it): their queues come from the lease index, as many rows as the
+-- workers hold.
 WITH RECURSIVE job_queues(queue) AS (
-    (SELECT queue FROM pgjobs_job ORDER BY queue LIMIT 1)
+    (SELECT queue FROM pgjobs_job WHERE status <> 'running' ORDER BY queue LIMIT 1)
     UNION ALL
-    SELECT (SELECT j.queue FROM pgjobs_job AS j WHERE j.queue > job_queues.queue
+    SELECT (SELECT j.queue FROM pgjobs_job AS j
+            WHERE j.queue > job_queues.queue AND j.status <> 'running'
             ORDER BY j.queue LIMIT 1)
     FROM job_queues WHERE job_queues.queue IS NOT NULL
 ),
@@ -1297,6 +1300,7 @@ dead_queues(queue) AS (
     FROM dead_queues WHERE dead_queues.queue IS NOT NULL
 )
 SELECT queue AS name FROM job_queues WHERE queue IS NOT NULL
+UNION SELECT queue FROM pgjobs_job WHERE status = 'running'
 UNION SELECT queue FROM dead_queues WHERE queue IS NOT NULL
 UNION SELECT name FROM pgjobs_queue
 UNION SELECT queue FROM pgjobs_stat WHERE minute > now() - interval '1 hour'
