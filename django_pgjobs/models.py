@@ -399,7 +399,7 @@ class Dashboard(Job):
 
 # Tables in modules of their own, imported here so Django finds them (and migrations find
 # ``models.IntegerArrayField``).
+from .runtime_models import QueueState, ThrottleWindow, Worker  # noqa: E402, F401
 from .schedule_models import Schedule, ScheduleFire  # noqa: E402, F401
 from .stat_models import IntegerArrayField, QueueStat  # noqa: E402, F401
-from .runtime_models import QueueState, ThrottleWindow, Worker  # noqa: E402, F401
 from .workflow_models import Workflow  # noqa: E402, F401 (a model of this app: registered with it)
