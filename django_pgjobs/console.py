@@ -13,8 +13,10 @@ the database anyway. Nothing is changed without a selection (ids or a filter).
 
 from __future__ import annotations
 
+import contextvars
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +29,7 @@ from .admin.dashboard import worker_rows
 from .admin.dead_letters import GONE
 from .admin.jobs import LEASE_EXPIRED, jobs_in_view, view_ordering, views_condition
 from .admin.queues import set_queue_paused
-from .conf import get_config
+from .conf import get_config, job_databases
 from .metrics import WAIT_BUCKET_BOUNDS
 from .models import DeadLetter, Job, Worker
 from .states import View
@@ -81,12 +83,32 @@ class Outcome:
     dry_run: bool = False
 
 
+#: The jobs database the functions below act on (``on_database``); None: ``PGJOBS["DATABASE"]``,
+#: and ``status()`` reads every jobs database.
+_database: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "pgjobs_console_database", default=None
+)
+
+
+@contextmanager
+def on_database(alias: str | None) -> Iterator[None]:
+    """Act on the jobs database ``alias`` (``PGJOBS["DATABASE"]`` or one of
+    ``PGJOBS["QUEUE_DATABASES"]``) within the block."""
+    if alias is not None and alias not in job_databases():
+        raise BadInput(f"{alias!r} holds no queue; jobs databases: {', '.join(job_databases())}")
+    token = _database.set(alias)
+    try:
+        yield
+    finally:
+        _database.reset(token)
+
+
 def connection():
-    return db.jobs_connection()
+    return db.jobs_connection(_database.get())
 
 
-def _rows(model):
-    return model._default_manager.using(get_config().DATABASE)
+def _rows(model, alias: str | None = None):
+    return model._default_manager.using(alias or _database.get() or get_config().DATABASE)
 
 
 def check_queue_known(queue: str | None) -> None:
@@ -138,34 +160,45 @@ def queue_status(queue: overview.QueueOverview) -> dict[str, Any]:
 
 
 def status() -> dict[str, Any]:
-    """The dashboard's numbers, JSON-ready: per queue, totals, and the workers."""
-    conn = connection()
+    """The dashboard's numbers, JSON-ready: per queue, totals, and the workers; of every jobs
+    database (each queue and worker says its ``database``), or of the one ``on_database``
+    names."""
     now = timezone.now()
-    queues, _ = overview.queue_overview(conn, now=now)
-    workers = worker_rows(_rows(Worker), now, registry.queues_in_use(conn))
+    chosen = _database.get()
+    every: list[overview.QueueOverview] = []
+    queues: list[dict[str, Any]] = []
+    workers: list[dict[str, Any]] = []
+    for alias in [chosen] if chosen else job_databases():
+        conn = db.jobs_connection(alias)
+        found, _ = overview.queue_overview(conn, now=now)
+        every += found
+        queues += [{**queue_status(q), "database": alias} for q in found]
+        registered = worker_rows(_rows(Worker, alias), now, registry.queues_in_use(conn))
+        workers += [{**_worker_status(w), "database": alias} for w in registered]
     totals = {
-        key: sum(getattr(q, key) for q in queues)
+        key: sum(getattr(q, key) for q in every)
         for key in ("due", "scheduled", "retrying", "running", "lease_expired", "dead_letters")
     }
     return {
         "measured_at": now.isoformat(),
-        "queues": [queue_status(q) for q in queues],
+        "queues": queues,
         "totals": totals,
         "workers_alive": sum(1 for w in workers if w["alive"]),
-        "workers": [
-            {
-                "id": w["worker"].id,
-                "hostname": w["worker"].hostname,
-                "pid": w["worker"].pid,
-                "queues": w["queues"],
-                "concurrency": w["worker"].concurrency,
-                "alive": w["alive"],
-                "started_at": w["worker"].started_at.isoformat(),
-                "last_seen_at": w["worker"].last_seen_at.isoformat(),
-                "unused_queues": w["unused"],
-            }
-            for w in workers
-        ],
+        "workers": workers,
+    }
+
+
+def _worker_status(w: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": w["worker"].id,
+        "hostname": w["worker"].hostname,
+        "pid": w["worker"].pid,
+        "queues": w["queues"],
+        "concurrency": w["worker"].concurrency,
+        "alive": w["alive"],
+        "started_at": w["worker"].started_at.isoformat(),
+        "last_seen_at": w["worker"].last_seen_at.isoformat(),
+        "unused_queues": w["unused"],
     }
 
 

@@ -19,7 +19,7 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
-from django.urls import path, reverse
+from django.urls import URLPattern, path, reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -27,7 +27,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from .. import db, operations
 from ..conf import get_config
 from ..overview import COUNT_CAP
-from . import confirm, display, values
+from . import confirm, databases, display, values
 
 #: Largest number of rows one bulk action touches ("select all" on a huge filter included); the
 #: same as the count cap, so "Select all 10000" does what it says.
@@ -107,7 +107,12 @@ class CappedChangeList(ChangeList):
         lookups = super().get_filters_params(params)
         for key in self.nul_lookups:
             lookups.pop(key, None)
+        lookups.pop(databases.PARAM, None)  # the page's database, not a lookup
         return lookups
+
+    def url_for_result(self, result) -> str:
+        """A row's page, on the database of this list."""
+        return super().url_for_result(result) + databases.query()
 
     def get_queryset(self, request, exclude_parameters=None):
         queryset = super().get_queryset(request, exclude_parameters)
@@ -150,8 +155,23 @@ class OperatorAdmin(admin.ModelAdmin):
     show_facets = admin.ShowFacets.NEVER  # facet counts are a COUNT(*) per filter choice
     actions_on_bottom = False
 
+    change_list_template = "admin/django_pgjobs/database_change_list.html"
+    #: Whether its rows live on each jobs database (the switcher above its list picks one), or
+    #: on ``PGJOBS["DATABASE"]`` alone (the outbox).
+    on_every_database = True
+
     def get_changelist(self, request, **kwargs):
         return CappedChangeList
+
+    @property
+    def urls(self):
+        """Every page of this admin on the database its request chose (``databases``)."""
+        return [
+            URLPattern(p.pattern, databases.on_chosen_database(p.callback), p.default_args, p.name)
+            if isinstance(p, URLPattern)
+            else p
+            for p in self.get_urls()
+        ]
 
     def has_add_permission(self, request, obj=None) -> bool:
         return False
@@ -201,9 +221,10 @@ class OperatorAdmin(admin.ModelAdmin):
         return (model or self.model)._default_manager.using(self.database())
 
     def database(self) -> str:
-        """Alias of the database holding the jobs tables (``PGJOBS["DATABASE"]``): every query
-        of the admin runs there, the ORM's as well as the named statements'."""
-        return get_config().DATABASE
+        """Alias of the database this page shows: ``PGJOBS["DATABASE"]``, or with queues on
+        several databases the one the page chose (``databases``). Every query of the admin runs
+        there, the ORM's as well as the named statements'."""
+        return databases.current() if self.on_every_database else get_config().DATABASE
 
     def connection(self):
         return db.jobs_connection(self.database())
@@ -386,7 +407,11 @@ class JobRowAdmin(OperatorAdmin):
                 "job_errors": errors[::-1],
                 "timeline": display.timeline(obj, errors, dead_letter=self.dead_letters),
                 "job_actions": [
-                    (action, reverse(self.url_name("act"), args=[obj.pk, action.name]))
+                    (
+                        action,
+                        reverse(self.url_name("act"), args=[obj.pk, action.name])
+                        + databases.query(),
+                    )
                     for action in self.actions_for(request, obj)
                     if getattr(self, f"has_{action.permission}_permission")(request)
                 ],
