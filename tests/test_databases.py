@@ -136,3 +136,31 @@ def test_run_jobs_runs_the_jobs_of_both_databases(heavy_on_jobs2):
 def test_run_jobs_leaves_a_database_the_test_does_not_use(heavy_on_jobs2):
     demo.record.enqueue("only default")
     assert run_jobs().succeeded == 1  # no query on "jobs2", which this test may not use
+
+
+@pytest.mark.django_db(databases=BOTH, transaction=True)
+def test_immediate_mode_runs_a_job_on_its_queues_database(settings):
+    settings.PGJOBS = {
+        **settings.PGJOBS,
+        "QUEUE_DATABASES": {"heavy": "jobs2"},
+        "IMMEDIATE": True,
+        "IMMEDIATE_WITHOUT_DEBUG": True,
+    }
+    with transaction.atomic(using="jobs2"):
+        build_report.enqueue("at the commit")
+        assert not Execution.objects.exists()
+    assert list(Execution.objects.values_list("label", flat=True)) == ["report:at the commit"]
+    assert rows("jobs2") == []
+
+
+@pytest.mark.django_db(databases=BOTH)
+def test_a_task_result_id_names_its_database(settings):
+    """django.tasks: each database numbers its jobs, so a result id of another database than
+    PGJOBS["DATABASE"] says which (``17@jobs2``), and the backend reads it there."""
+    tasks = pytest.importorskip("testproject.handlers.tasks")
+    settings.PGJOBS = {**settings.PGJOBS, "QUEUE_DATABASES": {"tasks": "jobs2"}}
+    result = tasks.greet.enqueue("Ada")
+    (job,) = rows("jobs2")
+    assert result.id == f"{job.id}@jobs2"
+    assert run_jobs(["tasks"]).succeeded == 1
+    assert tasks.greet.get_result(result.id).return_value == "Hello, Ada!"
