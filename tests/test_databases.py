@@ -9,9 +9,13 @@ from __future__ import annotations
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import connections, transaction
+from django.urls import reverse
+from django.utils import timezone
+from helpers import registered_for_the_test
 
-from django_pgjobs import enqueue_many
-from django_pgjobs.models import Job
+from django_pgjobs import enqueue_many, registry
+from django_pgjobs.checks import check_recurring_jobs_database
+from django_pgjobs.models import Job, Schedule
 from django_pgjobs.routing import CrossDatabaseEnqueue
 from django_pgjobs.testing import enqueued, run_jobs
 from django_pgjobs.worker.options import WorkerOptions
@@ -164,3 +168,27 @@ def test_a_task_result_id_names_its_database(settings):
     assert result.id == f"{job.id}@jobs2"
     assert run_jobs(["tasks"]).succeeded == 1
     assert tasks.greet.get_result(result.id).return_value == "Hello, Ada!"
+
+
+def hourly_report() -> None:
+    pass
+
+
+@pytest.mark.django_db(databases=BOTH)
+def test_schedules_fire_on_the_first_database_only(heavy_on_jobs2, admin_client):
+    """A schedule fires its job in the statement that records the fire, on PGJOBS["DATABASE"]:
+    a recurring job whose queue lives on jobs2 is refused by E007, and a schedule of it fires
+    nothing, nor does "run now"."""
+    routed = registry.JobDefinition(
+        func=hourly_report, name="tests.hourly_report", queue="heavy", cron="@hourly"
+    )
+    with registered_for_the_test(routed):
+        (error,) = check_recurring_jobs_database()
+        assert error.id == "pgjobs.E007" and "'heavy' lives on the database 'jobs2'" in error.msg
+        schedule = Schedule.objects.create(
+            name="reports", job_name=routed.name, cron="@hourly", next_fire_at=timezone.now()
+        )
+        changelist = reverse("admin:django_pgjobs_schedule_changelist")
+        admin_client.post(changelist, {"action": "run_now", "_selected_action": [schedule.pk]})
+        assert run_jobs(with_schedules=True).claimed == 0
+    assert rows("default") == [] and rows("jobs2") == []

@@ -248,6 +248,9 @@ class ScheduleAdmin(admin.ModelAdmin):
             except registry.UnknownJobError:
                 messages.error(request, f"{row.name}: job {row.job_name} is not registered.")
                 continue
+            if (problem := schedules.elsewhere(definition)) is not None:
+                messages.error(request, f"{row.name}: not run, {problem}.")
+                continue
             job_id = schedules.run_now(connection, row, definition)
             if job_id == schedules.SKIPPED:
                 messages.warning(
