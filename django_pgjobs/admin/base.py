@@ -19,7 +19,7 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
-from django.urls import URLPattern, path, reverse
+from django.urls import path, reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -166,12 +166,7 @@ class OperatorAdmin(admin.ModelAdmin):
     @property
     def urls(self):
         """Every page of this admin on the database its request chose (``databases``)."""
-        return [
-            URLPattern(p.pattern, databases.on_chosen_database(p.callback), p.default_args, p.name)
-            if isinstance(p, URLPattern)
-            else p
-            for p in self.get_urls()
-        ]
+        return databases.on_chosen_database_urls(self.get_urls())
 
     def has_add_permission(self, request, obj=None) -> bool:
         return False

@@ -16,6 +16,8 @@ import contextvars
 import functools
 from urllib.parse import urlencode
 
+from django.urls import URLPattern
+
 from ..conf import get_config, job_databases
 
 #: The query parameter naming the database of a page.
@@ -66,6 +68,16 @@ def on_chosen_database(view):
             _current.reset(token)
 
     return wrapper
+
+
+def on_chosen_database_urls(patterns: list) -> list:
+    """``patterns`` (an admin's URLs) with each view ``on_chosen_database``."""
+    return [
+        URLPattern(p.pattern, on_chosen_database(p.callback), p.default_args, p.name)
+        if isinstance(p, URLPattern)
+        else p
+        for p in patterns
+    ]
 
 
 def query(alias: str | None = None, separator: str = "?") -> str:
