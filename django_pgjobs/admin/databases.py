@@ -53,11 +53,14 @@ def chosen(request) -> str:
 
 
 def on_chosen_database(view):
-    """``view`` with ``current()`` naming the database its request chose; a template response
-    is drawn before it returns, so that what it reads lazily reads the same database."""
+    """``view`` with ``current()`` naming the database its request chose; with several, a
+    template response is drawn before it returns, so that what it reads lazily reads the same
+    database (with one, the view is left as it is)."""
 
     @functools.wraps(view)
     def wrapper(request, *args, **kwargs):
+        if not several():
+            return view(request, *args, **kwargs)
         token = _current.set(chosen(request))
         try:
             response = view(request, *args, **kwargs)
