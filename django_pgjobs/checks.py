@@ -23,7 +23,7 @@ from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 from django.db import DatabaseError, connections
 
-from .conf import ConfigError, get_config, raw_settings, validate
+from .conf import ConfigError, get_config, queue_database, raw_settings, validate
 from .outbox.publishers import publisher_problem
 from .registry import registered
 from .schedules import elsewhere, unfit
@@ -161,7 +161,7 @@ def check_atomic_jobs_database(app_configs=None, **kwargs):
     except ConfigError:
         return []  # reported by pgjobs.E002
     if config.DATABASE == "default":
-        return []
+        return _atomic_jobs_on_routed_queues()
     atomic = sorted(name for name, definition in registered().items() if definition.is_atomic())
     if not atomic and not config.DEFAULT_ATOMIC:
         return []
@@ -179,6 +179,30 @@ def check_atomic_jobs_database(app_configs=None, **kwargs):
             "(such as 'default') are not rolled back when it fails.",
             hint="Keep the jobs tables on 'default' for atomic jobs, or make those jobs write "
             f"only to {config.DATABASE!r} (and be idempotent about the rest).",
+            id="pgjobs.W001",
+        )
+    ]
+
+
+def _atomic_jobs_on_routed_queues() -> list[Warning]:
+    """``pgjobs.W001`` for the atomic jobs whose queue lives on another database than
+    'default' (``PGJOBS["QUEUE_DATABASES"]``): their transaction is on that database."""
+    routed = sorted(
+        name
+        for name, definition in registered().items()
+        if definition.is_atomic() and queue_database(definition.get_queue()) != "default"
+    )
+    if not routed:
+        return []
+    return [
+        Warning(
+            f"{len(routed)} atomic job(s) ({', '.join(routed[:3])}"
+            + (", ..." if len(routed) > 3 else "")
+            + ") have their queue on another database than 'default' (PGJOBS['QUEUE_DATABASES'])"
+            ": an atomic job's transaction is on its queue's database only, so its writes to "
+            "'default' are not rolled back when it fails.",
+            hint="Give them a queue on 'default', or make them write only to their queue's "
+            "database (and be idempotent about the rest).",
             id="pgjobs.W001",
         )
     ]

@@ -14,7 +14,7 @@ from django.utils import timezone
 from helpers import registered_for_the_test
 
 from django_pgjobs import enqueue_many, registry
-from django_pgjobs.checks import check_recurring_jobs_database
+from django_pgjobs.checks import check_atomic_jobs_database, check_recurring_jobs_database
 from django_pgjobs.models import Job, Schedule
 from django_pgjobs.routing import CrossDatabaseEnqueue
 from django_pgjobs.testing import enqueued, run_jobs
@@ -122,6 +122,7 @@ def test_a_runjobs_per_database_drains_its_own_queues(heavy_on_jobs2, start_work
     ran = {e.label: e.pid for e in Execution.objects.all()}
     assert {ran[f"report:month {i}"] for i in range(20)} == {jobs2.pid}
     assert {ran[f"record {i}"] for i in range(20)} == {default.pid}
+    assert "database=jobs2" in jobs2.output() and "database=default" in default.output()
 
 
 @pytest.mark.django_db(databases=BOTH)
@@ -192,3 +193,18 @@ def test_schedules_fire_on_the_first_database_only(heavy_on_jobs2, admin_client)
         admin_client.post(changelist, {"action": "run_now", "_selected_action": [schedule.pk]})
         assert run_jobs(with_schedules=True).claimed == 0
     assert rows("default") == [] and rows("jobs2") == []
+
+
+def report_in_one_transaction() -> None:
+    pass
+
+
+def test_an_atomic_job_on_a_routed_queue_is_warned_about(heavy_on_jobs2):
+    """Its transaction is on jobs2: what it writes to "default" is not rolled back with it."""
+    atomic = registry.JobDefinition(
+        func=report_in_one_transaction, name="tests.atomic_report", queue="heavy", atomic=True
+    )
+    with registered_for_the_test(atomic):
+        (warning,) = check_atomic_jobs_database()
+    assert warning.id == "pgjobs.W001" and "tests.atomic_report" in warning.msg
+    assert check_atomic_jobs_database() == []
