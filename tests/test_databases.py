@@ -11,7 +11,7 @@ from django.core.management import CommandError, call_command
 from django.db import connections, transaction
 from django.urls import reverse
 from django.utils import timezone
-from helpers import registered_for_the_test
+from helpers import registered_for_the_test, wait_until
 
 from django_pgjobs import enqueue_many, registry
 from django_pgjobs.checks import check_atomic_jobs_database, check_recurring_jobs_database
@@ -208,3 +208,28 @@ def test_an_atomic_job_on_a_routed_queue_is_warned_about(heavy_on_jobs2):
         (warning,) = check_atomic_jobs_database()
     assert warning.id == "pgjobs.W001" and "tests.atomic_report" in warning.msg
     assert check_atomic_jobs_database() == []
+
+
+def listening_on(alias: str) -> bool:
+    """A worker is in LISTEN on the database ``alias`` (its listener's last statement)."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND query = 'LISTEN pgjobs'"
+        )
+        return cursor.fetchone()[0] > 0
+
+
+@pytest.mark.django_db(databases=BOTH, transaction=True)
+def test_a_worker_of_the_second_database_is_woken_by_its_enqueue(heavy_on_jobs2, start_worker):
+    """The notification goes out on the job's database, where its workers listen: with a poll
+    of a minute, only it can start the job within seconds."""
+    start_worker("--queue", "heavy", "--poll-interval", "60", env=heavy_on_jobs2)
+    wait_until(lambda: listening_on("jobs2"))
+    build_report.enqueue("first")
+    # acknowledged (deleted) by the statement that also claims, which finds nothing: the
+    # worker now waits for a notification, or a minute
+    wait_until(lambda: rows("jobs2") == [] and Execution.objects.exists())
+    with transaction.atomic(using="jobs2"):
+        build_report.enqueue("woken")
+    wait_until(lambda: Execution.objects.filter(label="report:woken").exists(), timeout=5)
