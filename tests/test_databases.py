@@ -11,7 +11,7 @@ from django.core.management import CommandError, call_command
 from django.db import connections, transaction
 from django.urls import reverse
 from django.utils import timezone
-from helpers import registered_for_the_test, wait_until
+from helpers import FAST_LEASES, registered_for_the_test, wait_until
 
 from django_pgjobs import enqueue_many, registry
 from django_pgjobs.checks import check_atomic_jobs_database, check_recurring_jobs_database
@@ -233,3 +233,18 @@ def test_a_worker_of_the_second_database_is_woken_by_its_enqueue(heavy_on_jobs2,
     with transaction.atomic(using="jobs2"):
         build_report.enqueue("woken")
     wait_until(lambda: Execution.objects.filter(label="report:woken").exists(), timeout=5)
+
+
+@pytest.mark.django_db(databases=BOTH, transaction=True)
+def test_a_worker_of_the_second_database_rescues_a_job_lost_there(heavy_on_jobs2, start_worker):
+    """Leases, heartbeats and the rescue run on the database the worker serves: a job of jobs2
+    whose worker is killed is run again by another worker of jobs2."""
+    env = {**heavy_on_jobs2, **FAST_LEASES}
+    lost = start_worker("--queue", "heavy", env=env)
+    job = demo.record.using(queue="heavy").enqueue("rescued", sleep=1.0)
+    wait_until(lambda: Job.objects.using("jobs2").filter(pk=job.pk, status="running").exists())
+    lost.kill_group()
+    start_worker("--queue", "heavy", env=env)
+    wait_until(lambda: Execution.objects.filter(label="rescued").exists(), timeout=20)
+    (execution,) = Execution.objects.filter(label="rescued")
+    assert execution.attempt == 2
