@@ -130,6 +130,9 @@ class Config:
     DEAD_LETTER_MAX_PER_NAME: int | None = setting(None, Bounds(low=0))
     #: Most dead letters one prune statement deletes (one transaction, one batch).
     DEAD_LETTER_PRUNE_BATCH: int = setting(1000, Bounds(low=1, high=100_000))
+    #: Keep finished workflows (succeeded, failed, aborted) this many seconds, then the workers
+    #: prune them with their cancelled steps; one with a job left, or a dead letter, is kept.
+    KEEP_WORKFLOWS_SECONDS: float = setting(7 * 24 * 3600.0, SECONDS)
     #: Seconds a worker waits for running jobs after SIGTERM/SIGINT before it gives up on them.
     SHUTDOWN_GRACE_SECONDS: float = setting(30.0, SECONDS)
     #: Largest accepted JSON payload (args + kwargs), in bytes.

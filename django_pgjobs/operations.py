@@ -320,9 +320,11 @@ def requeue_dead_letters_spread(
     spacing_seconds: float,
     *,
     requested_by: str | None = None,
+    previous_due: datetime | None = None,
 ) -> list[tuple[int, datetime]]:
     """Move dead letters back as fresh jobs in one statement, due ``spacing_seconds`` apart
-    (oldest dead letter first, the first now); returns the new jobs' ``(id, due time)``.
+    (oldest dead letter first, the first now, or ``spacing_seconds`` after ``previous_due``: the
+    last due time of a replay's previous batch); returns the new jobs' ``(id, due time)``.
     ``requested_by`` (an operator) is recorded in each new job's audit trail (``repairs``).
 
     A dead letter whose unique key is held by a ready or running job (scope ``waiting``: by a
@@ -336,6 +338,7 @@ def requeue_dead_letters_spread(
     params = {
         "ids": list(ids),
         "spacing": spacing_seconds,
+        "previous_due": previous_due,
         "requested_by": requested_by,
         "action": action,
     }
@@ -361,9 +364,13 @@ def run_jobs_now(connection: Connection, ids: Sequence[int]) -> list[int]:
     return db.ids_of(db.execute(connection, "run_jobs_now", {"ids": list(ids)}))
 
 
-def cancel_jobs(connection: Connection, ids: Sequence[int]) -> list[int]:
-    """Delete waiting jobs; running jobs are left alone."""
-    return db.ids_of(db.execute(connection, "cancel_jobs", {"ids": list(ids)}))
+def cancel_jobs(
+    connection: Connection, ids: Sequence[int], *, requested_by: str = "an operator"
+) -> list[int]:
+    """Delete waiting jobs; running jobs are left alone. A waiting step of a workflow is kept
+    as ``cancelled`` and ends its workflow (aborted: "cancelled by ``requested_by``")."""
+    params = {"ids": list(ids), "reason": f"cancelled by {requested_by}"}
+    return db.ids_of(db.execute(connection, "cancel_jobs", params))
 
 
 #: Runs of ``abort_jobs`` at most: a job claimed or retried while the statement ran is caught by
@@ -374,20 +381,18 @@ ABORT_RUNS = 3
 def abort_jobs(
     connection: Connection, ids: Sequence[int], *, requested_by: str, cancel_waiting: bool = True
 ) -> tuple[list[int], list[int]]:
-    """Request the abort of the running jobs among ``ids`` and (``cancel_waiting``) delete the
-    waiting ones; returns ``(abort requested ids, cancelled ids)``. Ids of jobs that no longer
-    exist (or finished, kept as successful) are in neither."""
+    """Request the abort of the running jobs among ``ids`` and (``cancel_waiting``) cancel the
+    waiting ones (as ``cancel_jobs``); returns ``(abort requested ids, cancelled ids)``. Ids of
+    jobs that no longer exist (or finished, kept as successful) are in neither."""
     requested: list[int] = []
     cancelled: list[int] = []
     left = list(dict.fromkeys(ids))
+    params = {"requested_by": requested_by, "cancel_waiting": cancel_waiting}
+    params["reason"] = f"aborted at the request of {requested_by}"  # of a workflow's step
     for _ in range(ABORT_RUNS):
         if not left:
             break
-        row = db.execute(
-            connection,
-            "abort_jobs",
-            {"ids": left, "requested_by": requested_by, "cancel_waiting": cancel_waiting},
-        )[0]
+        row = db.execute(connection, "abort_jobs", {**params, "ids": left})[0]
         requested += row["requested"]
         cancelled += row["cancelled"]
         done = set(row["requested"]) | set(row["cancelled"])

@@ -56,6 +56,9 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # The admin in the language the browser asks for (Accept-Language), among LANGUAGES: the
+    # pgjobs pages ship a German catalogue (docs/reference/admin.md, "Languages").
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -108,6 +111,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 USE_TZ = os.environ.get("DJANGO_USE_TZ", "1") == "1"
 TIME_ZONE = os.environ.get("DJANGO_TIME_ZONE", "UTC")
 STATIC_URL = "static/"
+# English by default; German when the browser asks for it (LocaleMiddleware above).
+LANGUAGE_CODE = "en-us"
+LANGUAGES = [("en", "English"), ("de", "Deutsch")]
 # The jobs of the demo and of the how-to examples send mail: kept in memory, never sent.
 # (Django 6.1 configures mail with MAILERS and deprecates EMAIL_BACKEND.)
 if django.VERSION >= (6, 1):
@@ -162,6 +168,14 @@ PGJOBS = {
         *os.environ.get("PGJOBS_TEST_JOB_MODULES", "").split(),
     ],
 }
+
+# Retention for the tests run as processes (tests/test_repair_command.py): successful jobs kept
+# to read their start times, dead letters pruned by `manage.py pgjobs prune`. None by default.
+for _setting in ("KEEP_SUCCEEDED_SECONDS", "DEAD_LETTER_MAX_AGE_SECONDS"):
+    if os.environ.get("PGJOBS_" + _setting):
+        PGJOBS[_setting] = float(os.environ["PGJOBS_" + _setting])
+if os.environ.get("PGJOBS_DEAD_LETTER_MAX_PER_NAME"):
+    PGJOBS["DEAD_LETTER_MAX_PER_NAME"] = int(os.environ["PGJOBS_DEAD_LETTER_MAX_PER_NAME"])
 
 # The tests run behind PgBouncer in transaction mode (tests/pgbouncer_support.py) use the
 # settings docs/howto/deploy.md#pgbouncer gives for it (PgBouncer before 1.21).

@@ -15,10 +15,12 @@ from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from .. import db, overview, registry
 from ..conf import job_databases
 from ..models import DeadLetter, Job, QueueState, Worker
+from ..states import view_label
 from . import databases, display
 from .base import require_view
 from .queues import with_queues_text
@@ -43,7 +45,12 @@ def chart_bars(points, width: int = CHART_WIDTH, height: int = CHART_HEIGHT) -> 
                 "ok_height": h_ok,
                 "failed_y": round(height - h_ok - h_failed, 1),
                 "failed_height": h_failed,
-                "label": f"{display.local(minute):%H:%M}: {succeeded} succeeded, {failed} failed",
+                "label": _("%(minute)s: %(succeeded)s succeeded, %(failed)s failed")
+                % {
+                    "minute": f"{display.local(minute):%H:%M}",
+                    "succeeded": succeeded,
+                    "failed": failed,
+                },
             }
         )
     return {"bars": bars, "peak": peak, "width": width, "height": height}
@@ -100,7 +107,12 @@ def queue_rows(queues) -> list[dict]:
                 if queue.failure_rate is None
                 else f"{queue.failure_rate * 100:.1f} %",
                 "bar": [
-                    (view, count, round(100 * count / widest, 2), display.VIEW_COLOURS[view])
+                    (
+                        view_label(view),
+                        count,
+                        round(100 * count / widest, 2),
+                        display.VIEW_COLOURS[view],
+                    )
                     for view, count in (
                         ("due", queue.due),
                         ("scheduled", queue.scheduled),
@@ -177,7 +189,7 @@ def dashboard_view(model_admin, request):
     }
     context = model_admin.page_context(
         request,
-        "Jobs dashboard",
+        _("Jobs dashboard"),
         rows=rows,
         totals=totals,
         workers=read.workers,
@@ -194,7 +206,7 @@ def dashboard_view(model_admin, request):
         estimates=read.estimates,
         can_pause=may("operate", QueueState),
         legend=[
-            (view, display.VIEW_COLOURS[view])
+            (view_label(view), display.VIEW_COLOURS[view])
             for view in ("due", "scheduled", "retrying", "running")
         ],
         measured_at=now,

@@ -50,6 +50,7 @@ class WorkerOptions:
     rescue_interval: float
     keep_succeeded: float
     keep_results: float
+    keep_workflows: float
     dead_letter_retention: tuple[float | None, int | None, int]  # max age, max per name, batch
     max_stuck: int
     max_result_bytes: int
@@ -130,6 +131,7 @@ def _from_settings(config, inline: bool, alias: str) -> dict:
         rescue_interval=config.RESCUE_INTERVAL_SECONDS,
         keep_succeeded=config.KEEP_SUCCEEDED_SECONDS,
         keep_results=config.KEEP_RESULTS_SECONDS,
+        keep_workflows=config.KEEP_WORKFLOWS_SECONDS,
         dead_letter_retention=(
             config.DEAD_LETTER_MAX_AGE_SECONDS,
             config.DEAD_LETTER_MAX_PER_NAME,
