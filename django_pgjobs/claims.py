@@ -58,6 +58,8 @@ class ClaimedJob:
     #: The workflow this job is a step of (None: none); its acknowledgement then counts it
     #: (``operations.complete``).
     workflow_id: int | None = None
+    #: The alias of the database it was claimed from (its queue's, ``routing``); "" unknown.
+    database: str = ""
 
     @property
     def is_last_attempt(self) -> bool:

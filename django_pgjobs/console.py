@@ -13,24 +13,25 @@ the database anyway. Nothing is changed without a selection (ids or a filter).
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from django.utils import timezone
 
-from . import db, operations, overview, registry, retention
-from .admin import display
+from . import db, operations, overview, registry
 from .admin.actions import DEAD_LETTER_ACTIONS, JOB_ACTIONS, Action
 from .admin.base import BULK_LIMIT, plural
 from .admin.dashboard import worker_rows
 from .admin.dead_letters import GONE
 from .admin.jobs import LEASE_EXPIRED, jobs_in_view, view_ordering, views_condition
 from .admin.queues import set_queue_paused
-from .conf import get_config
+from .conf import get_config, job_databases
 from .metrics import WAIT_BUCKET_BOUNDS
 from .models import DeadLetter, Job, Worker
 from .states import View
@@ -49,12 +50,8 @@ JOB_STATES = tuple(
 )
 #: The ``--state`` values of ``purge``: the views the admin's cancel applies to.
 WAITING_STATES = tuple(str(view) for view in sorted(JOB_ACTIONS["cancel"].views))
-#: Most successful jobs one prune statement deletes (as the worker's pruner).
-PRUNE_BATCH = 10_000
 #: Who the command is, in the audit trail of the jobs it requeues (the admin's: the admin user).
 COMMAND = "manage.py pgjobs"
-#: Longest a prune waits for its turn while a worker prunes dead letters (a batch at a time).
-PRUNE_TURN_WAIT_SECONDS = 10.0
 
 logger = logging.getLogger("django_pgjobs")
 
@@ -100,12 +97,32 @@ class Outcome:
     dry_run: bool = False
 
 
+#: The jobs database the functions below act on (``on_database``); None: ``PGJOBS["DATABASE"]``,
+#: and ``status()`` reads every jobs database.
+_database: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "pgjobs_console_database", default=None
+)
+
+
+@contextmanager
+def on_database(alias: str | None) -> Iterator[None]:
+    """Act on the jobs database ``alias`` (``PGJOBS["DATABASE"]`` or one of
+    ``PGJOBS["QUEUE_DATABASES"]``) within the block."""
+    if alias is not None and alias not in job_databases():
+        raise BadInput(f"{alias!r} holds no queue; jobs databases: {', '.join(job_databases())}")
+    token = _database.set(alias)
+    try:
+        yield
+    finally:
+        _database.reset(token)
+
+
 def connection():
-    return db.jobs_connection()
+    return db.jobs_connection(_database.get())
 
 
-def _rows(model):
-    return model._default_manager.using(get_config().DATABASE)
+def _rows(model, alias: str | None = None):
+    return model._default_manager.using(alias or _database.get() or get_config().DATABASE)
 
 
 def check_queue_known(queue: str | None) -> None:
@@ -157,34 +174,45 @@ def queue_status(queue: overview.QueueOverview) -> dict[str, Any]:
 
 
 def status() -> dict[str, Any]:
-    """The dashboard's numbers, JSON-ready: per queue, totals, and the workers."""
-    conn = connection()
+    """The dashboard's numbers, JSON-ready: per queue, totals, and the workers; of every jobs
+    database (each queue and worker says its ``database``), or of the one ``on_database``
+    names."""
     now = timezone.now()
-    queues, _ = overview.queue_overview(conn, now=now)
-    workers = worker_rows(_rows(Worker), now, registry.queues_in_use(conn))
+    chosen = _database.get()
+    every: list[overview.QueueOverview] = []
+    queues: list[dict[str, Any]] = []
+    workers: list[dict[str, Any]] = []
+    for alias in [chosen] if chosen else job_databases():
+        conn = db.jobs_connection(alias)
+        found, _ = overview.queue_overview(conn, now=now)
+        every += found
+        queues += [{**queue_status(q), "database": alias} for q in found]
+        registered = worker_rows(_rows(Worker, alias), now, registry.queues_in_use(conn))
+        workers += [{**_worker_status(w), "database": alias} for w in registered]
     totals = {
-        key: sum(getattr(q, key) for q in queues)
+        key: sum(getattr(q, key) for q in every)
         for key in ("due", "scheduled", "retrying", "running", "lease_expired", "dead_letters")
     }
     return {
         "measured_at": now.isoformat(),
-        "queues": [queue_status(q) for q in queues],
+        "queues": queues,
         "totals": totals,
         "workers_alive": sum(1 for w in workers if w["alive"]),
-        "workers": [
-            {
-                "id": w["worker"].id,
-                "hostname": w["worker"].hostname,
-                "pid": w["worker"].pid,
-                "queues": w["queues"],
-                "concurrency": w["worker"].concurrency,
-                "alive": w["alive"],
-                "started_at": w["worker"].started_at.isoformat(),
-                "last_seen_at": w["worker"].last_seen_at.isoformat(),
-                "unused_queues": w["unused"],
-            }
-            for w in workers
-        ],
+        "workers": workers,
+    }
+
+
+def _worker_status(w: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": w["worker"].id,
+        "hostname": w["worker"].hostname,
+        "pid": w["worker"].pid,
+        "queues": w["queues"],
+        "concurrency": w["worker"].concurrency,
+        "alive": w["alive"],
+        "started_at": w["worker"].started_at.isoformat(),
+        "last_seen_at": w["worker"].last_seen_at.isoformat(),
+        "unused_queues": w["unused"],
     }
 
 
@@ -373,66 +401,6 @@ def pause(queue: str, paused: bool) -> Outcome:
     if was_paused == paused:
         return Outcome(f"{verb} queue {queue} (it was already {verb.lower()}).", 1)
     return Outcome(f"{verb} queue {queue}.", 1)
-
-
-def prune(older_than: float | None = None, keep_per_name: int | None = None) -> Outcome:
-    """Delete the successful jobs kept past their retention, as the worker's pruner does
-    (``KEEP_SUCCEEDED_SECONDS``, ``KEEP_RESULTS_SECONDS``), ``PRUNE_BATCH`` per statement; the
-    finished workflows past theirs (``KEEP_WORKFLOWS_SECONDS``) in bounded batches; then the dead
-    letters past theirs (``DEAD_LETTER_MAX_AGE_SECONDS`` or ``older_than``,
-    ``DEAD_LETTER_MAX_PER_NAME`` or ``keep_per_name``), in the workers' batches
-    (``retention.prune_in_batches``: logged, counted in ``pgjobs_stat.pruned``), taking turns
-    with a worker pruning at the same time."""
-    config = get_config()
-    conn = connection()
-    pruned = 0
-    while True:
-        deleted = operations.prune_succeeded(
-            conn, config.KEEP_SUCCEEDED_SECONDS, config.KEEP_RESULTS_SECONDS, PRUNE_BATCH
-        )
-        pruned += deleted
-        if deleted < PRUNE_BATCH:
-            break
-    workflows = retention.prune_workflows(conn, config.KEEP_WORKFLOWS_SECONDS, max_batches=10**9)
-    message = f"Pruned {plural(pruned, 'successful job')} past their retention"
-    if workflows.workflows:
-        message += f", and {plural(workflows.workflows, 'finished workflow')}"
-    message += "."
-    pruned += workflows.workflows
-    max_age = config.DEAD_LETTER_MAX_AGE_SECONDS if older_than is None else older_than
-    max_per_name = config.DEAD_LETTER_MAX_PER_NAME if keep_per_name is None else keep_per_name
-    if max_age is None and max_per_name is None:
-        return Outcome(message, pruned)
-    run = retention.prune_in_batches(
-        conn,
-        max_age,
-        max_per_name,
-        config.DEAD_LETTER_PRUNE_BATCH,
-        log=logger,
-        wait_seconds=PRUNE_TURN_WAIT_SECONDS,
-    )
-    message += f"\nPruned {plural(run.pruned, 'dead letter')} past their retention ("
-    message += "; ".join(_retention_words(max_age, max_per_name)) + ")."
-    if not run.finished:
-        message += "\nStopped early: another process kept the dead letters' pruning; run again."
-    return Outcome(message, pruned + run.pruned)
-
-
-def _age(seconds: float) -> str:
-    """``30 d``, ``12 h``, ``90 min`` when whole, else ``display.duration``."""
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size and not seconds % size:
-            return f"{seconds / size:g} {unit}"
-    return display.duration(seconds)
-
-
-def _retention_words(max_age: float | None, max_per_name: int | None) -> list[str]:
-    words = []
-    if max_age is not None:
-        words.append(f"failed over {_age(max_age)} ago")
-    if max_per_name is not None:
-        words.append(f"beyond the newest {max_per_name:,} per job name")
-    return words
 
 
 def as_json(value: object) -> str:

@@ -46,11 +46,14 @@ def _from_epoch(seconds: float) -> datetime:
     return db.as_django_reads(datetime.fromtimestamp(seconds, dt_timezone.utc))
 
 
-def _claimed(row: dict[str, Any], claim: Claim) -> ClaimedJob:
-    """A row of the claim statements (times as epoch seconds, no token) as a ``ClaimedJob``."""
+def _claimed(row: dict[str, Any], claim: Claim, alias: str) -> ClaimedJob:
+    """A row of the claim statements (times as epoch seconds, no token) as a ``ClaimedJob``
+    of the database ``alias``."""
     row["run_after"] = _from_epoch(row["run_after"])
     row["created_at"] = _from_epoch(row["created_at"])
-    return ClaimedJob(**row, claim_token=claim.token, lease_seconds=claim.lease_seconds)
+    return ClaimedJob(
+        **row, claim_token=claim.token, lease_seconds=claim.lease_seconds, database=alias
+    )
 
 
 def _pairs(jobs: Iterable[ClaimedJob]) -> dict[str, list[Any]]:
@@ -89,7 +92,7 @@ def complete(
             return Completed(set(), [])
         execute = db.execute_prepared_replanned if claim.prepared else db.execute
         rows = execute(connection, "claim_jobs", claim.params)
-        return Completed(set(), [_claimed(row, claim) for row in rows])
+        return Completed(set(), [_claimed(row, claim, connection.alias) for row in rows])
     if results is not None:
         name = "complete_with_results_and_claim_jobs" if claim else "complete_jobs_with_results"
     elif get_config().KEEP_SUCCEEDED_SECONDS > 0:
@@ -106,7 +109,7 @@ def complete(
         if row["id"] is None:  # the one row that carries the completed ids
             completed.update(acknowledged)
         else:
-            claimed.append(_claimed(row, claim))
+            claimed.append(_claimed(row, claim, connection.alias))
     return Completed(completed, claimed)
 
 

@@ -103,13 +103,30 @@ def fire(
 
 def unfit(definition: Any, args: Any, kwargs: Any) -> str | None:
     """Why a schedule's arguments cannot be enqueued for its job (they no longer fit its
-    signature, or its unique key cannot be computed from them); None: they can."""
+    signature, or its unique key cannot be computed from them, or its queue lives on another
+    database than the schedules: they fire on ``PGJOBS["DATABASE"]`` only); None: they can."""
+    if (problem := elsewhere(definition)) is not None:
+        return problem
     try:
         definition.check_arguments(args, kwargs)
         unique_key_of(definition, args, kwargs)
     except (TypeError, ValueError) as error:
         return str(error)
     return None
+
+
+def elsewhere(definition: Any) -> str | None:
+    """Why a schedule cannot fire ``definition``: its queue lives on another database than the
+    schedules (``PGJOBS["QUEUE_DATABASES"]``), whose fire writes the job in its own transaction.
+    None: it can."""
+    queue, config = definition.get_queue(), get_config()
+    alias = config.QUEUE_DATABASES.get(queue, config.DATABASE)
+    if alias == config.DATABASE:
+        return None
+    return (
+        f"its queue {queue!r} lives on the database {alias!r} (PGJOBS['QUEUE_DATABASES']), and "
+        f"schedules fire their jobs on PGJOBS['DATABASE'] ({config.DATABASE!r}) only"
+    )
 
 
 SKIPPED = 0  # fire(): the job was not enqueued, one holding its unique key is in flight

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.db import transaction
 
-from . import db, operations
+from . import db, operations, routing
 from .calls import CallOptions
 from .conf import get_config
 from .context import current_job
@@ -143,7 +143,7 @@ def _enqueue(workflow: Chain):
     from .models import Workflow
 
     columns, sizes = _rows(workflow)
-    connection = db.jobs_connection()
+    connection = routing.one_database(columns["queues"], f"the workflow {_name(workflow)!r}")
     listen = get_config().LISTEN_NOTIFY
     after_commit = listen and wakes_after_commit(connection)
     params = {
@@ -180,7 +180,8 @@ def previous_results(*, using: str | None = None) -> Any:
     job = current_job()
     if job is None:
         raise LookupError("previous_results() is called inside a job")
-    rows = db.execute(db.jobs_connection(using), "workflow_previous_results", {"id": job.id})
+    connection = db.jobs_connection(using or job.database or None)
+    rows = db.execute(connection, "workflow_previous_results", {"id": job.id})
     if not rows or rows[0]["step"] is None:
         raise LookupError(f"job #{job.id} is not a step after the first of a workflow")
     results = rows[0]["result"] or []

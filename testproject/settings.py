@@ -96,6 +96,16 @@ JOBS_ALIAS = os.environ.get("PGJOBS_TEST_JOBS_ALIAS", "default")
 if JOBS_ALIAS != "default":
     DATABASES[JOBS_ALIAS] = {**DATABASES["default"], "TEST": {"MIRROR": "default"}}
 
+# A second jobs database (docs/howto/databases.md): the tests of queues on two databases
+# (tests/test_databases.py) route the queue "heavy" there. Its test database is created only
+# for the tests that list it in their ``databases``, with the jobs tables alone.
+DATABASES["jobs2"] = {
+    **DATABASES["default"],
+    "NAME": os.environ.get("PGJOBS_TEST_JOBS2_DATABASE") or f"{DATABASES['default']['NAME']}_jobs2",
+    "TEST": {"NAME": None},
+}
+DATABASE_ROUTERS = ["testproject.routers.JobsRouter"]
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # The tests of projects without time zone support run with DJANGO_USE_TZ=0 (and another zone).
 USE_TZ = os.environ.get("DJANGO_USE_TZ", "1") == "1"
@@ -113,6 +123,11 @@ else:
 
 PGJOBS = {
     "DATABASE": JOBS_ALIAS,
+    # "heavy=jobs2": the queues on a second database, for the worker processes of the tests
+    # that route them (tests/test_databases.py); the others run with every queue on one.
+    "QUEUE_DATABASES": dict(
+        pair.split("=", 1) for pair in os.environ.get("PGJOBS_TEST_QUEUE_DATABASES", "").split()
+    ),
     # Short leases so the crash tests see rescues within seconds; production keeps the defaults.
     "LEASE_SECONDS": float(os.environ.get("PGJOBS_LEASE_SECONDS", "60")),
     "HEARTBEAT_SECONDS": float(os.environ.get("PGJOBS_HEARTBEAT_SECONDS", "10")),
@@ -147,6 +162,8 @@ PGJOBS = {
         "testproject.handlers.developing",
         # and of docs/howto/workflows.md
         "testproject.handlers.workflows",
+        # and of docs/howto/databases.md
+        "testproject.handlers.databases",
         # tests of start-up imports add their own (tests/test_task_imports.py)
         *os.environ.get("PGJOBS_TEST_JOB_MODULES", "").split(),
     ],

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from dataclasses import fields
+from dataclasses import MISSING, fields
 
 import pytest
 from django.core.management import call_command
@@ -79,6 +79,7 @@ WRONG_TYPE = {
     "float | None": "1",
     "int | None": "1",
     "tuple[str, ...]": "a,b",
+    "dict[str, str]": ["a", "b"],
 }
 
 
@@ -97,8 +98,9 @@ def test_every_setting_is_checked_against_its_declaration_in_config(declared):
             assert any(declared.name in m.msg for m in check_settings()), value
             with pytest.raises(ConfigError, match=declared.name):
                 get_config()
-    with override_settings(PGJOBS={declared.name: declared.default}):
-        assert check_settings() == [] and getattr(get_config(), declared.name) == declared.default
+    default = declared.default if declared.default is not MISSING else declared.default_factory()
+    with override_settings(PGJOBS={declared.name: default}):
+        assert check_settings() == [] and getattr(get_config(), declared.name) == default
 
 
 def test_pgjobs_must_be_a_dict():

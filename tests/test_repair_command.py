@@ -18,7 +18,7 @@ from helpers import ROOT, start_command, wait_until
 from test_pgjobs_command import pgjobs
 from test_replay import db_now
 
-from django_pgjobs import console, replays
+from django_pgjobs import console, pruning, replays
 from django_pgjobs.admin import display
 from django_pgjobs.models import DeadLetter, Job, QueueStat
 from testproject.demo.models import Execution
@@ -251,7 +251,7 @@ def test_prune_takes_turns_with_a_worker_pruning_at_the_same_time(other_connecti
 
 
 def test_prune_stops_when_its_turn_never_comes_and_says_so(other_connection, monkeypatch):
-    monkeypatch.setattr(console, "PRUNE_TURN_WAIT_SECONDS", 0.2)
+    monkeypatch.setattr(pruning, "PRUNE_TURN_WAIT_SECONDS", 0.2)
     dead_letters(2, hours_ago=1000)
     with other_connection.transaction():
         other_connection.execute(

@@ -22,6 +22,7 @@ def _age(seconds: float | None) -> str:
 
 
 class OutboxEventAdmin(OperatorAdmin):
+    on_every_database = False  # the outbox lives on PGJOBS["DATABASE"] alone
     list_display = ("id", "topic", "key", "created_at", "attempts", "available_at", "last_error")
     list_filter = ()
     search_fields = ()
@@ -43,5 +44,6 @@ class OutboxEventAdmin(OperatorAdmin):
 
 
 class OutboxDeadLetterAdmin(OperatorAdmin):
+    on_every_database = False
     list_display = ("id", "topic", "key", "created_at", "failed_at", "attempts", "error")
     ordering = ("-failed_at", "-id")

@@ -258,6 +258,9 @@ class ScheduleAdmin(admin.ModelAdmin):
                     % {"schedule": row.name, "job": row.job_name},
                 )
                 continue
+            if (problem := schedules.elsewhere(definition)) is not None:
+                messages.error(request, f"{row.name}: not run, {problem}.")
+                continue
             job_id = schedules.run_now(connection, row, definition)
             if job_id == schedules.SKIPPED:
                 messages.warning(

@@ -7,9 +7,10 @@ import argparse
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_pgjobs import console, limits, repair, replays
+from django_pgjobs import console, limits, pruning, repair, replays
 from django_pgjobs.admin import display
 from django_pgjobs.admin.base import BULK_LIMIT, row_id
+from django_pgjobs.conf import queue_database
 from django_pgjobs.db import JobsTableMissing
 
 STATUS_COLUMNS = (  # (heading, value of a queue's status)
@@ -169,10 +170,22 @@ class Command(BaseCommand):
             metavar="N",
             help="Dead letters kept per job name, the newest: instead of DEAD_LETTER_MAX_PER_NAME.",
         )
+        for action in sub.choices.values():
+            action.add_argument(
+                "--database",
+                metavar="ALIAS",
+                help="The jobs database to act on, with queues on several "
+                "(PGJOBS['QUEUE_DATABASES']). Default: PGJOBS['DATABASE'] (pause and resume: "
+                "the queue's; status: every one).",
+            )
 
     def handle(self, *args, **options):
+        alias = options["database"]
+        if alias is None and options["action"] in ("pause", "resume"):
+            alias = queue_database(options["queue"])
         try:
-            getattr(self, "do_" + options["action"])(options)
+            with console.on_database(alias):
+                getattr(self, "do_" + options["action"])(options)
         except console.BadInput as error:
             raise CommandError(str(error)) from error
         except JobsTableMissing as error:
@@ -183,8 +196,11 @@ class Command(BaseCommand):
         if options["json"]:
             self.stdout.write(console.as_json(data))
             return
-        rows = [[cell(q) for _, cell in STATUS_COLUMNS] for q in data["queues"]]
-        self.stdout.write(table([heading for heading, _ in STATUS_COLUMNS], rows))
+        columns = list(STATUS_COLUMNS)
+        if len({q["database"] for q in data["queues"]}) > 1 or options["database"]:
+            columns.insert(0, ("database", lambda q: q["database"]))
+        rows = [[cell(q) for _, cell in columns] for q in data["queues"]]
+        self.stdout.write(table([heading for heading, _ in columns], rows))
         alive, known = data["workers_alive"], len(data["workers"])
         self.stdout.write(f"\nworkers alive: {alive} of {known} registered")
 
@@ -229,7 +245,7 @@ class Command(BaseCommand):
         self.report(console.purge(_selection(options), options["dry_run"]))
 
     def do_prune(self, options):
-        self.report(console.prune(options["dead_letters_older_than"], options["keep_per_name"]))
+        self.report(pruning.prune(options["dead_letters_older_than"], options["keep_per_name"]))
 
     def report(self, outcome: console.Outcome) -> None:
         """The admin's message, the ids touched (the new jobs of a requeue), what was left
