@@ -95,8 +95,16 @@ def _plan(queues: list[str] | None, database: str | None) -> list[tuple[str, lis
 def _databases() -> list[str]:
     """The jobs databases this test may use: all of them, but those a ``TestCase`` (or
     ``django_db``) does not list in its ``databases``, which Django refuses queries on."""
-    usable = [alias for alias in job_databases() if "cursor" not in vars(connections[alias])]
+    usable = [alias for alias in job_databases() if _usable(alias)]
     return usable or [get_config().DATABASE]
+
+
+def _usable(alias: str) -> bool:
+    """Whether this test may query ``alias``: Django's ``TestCase`` replaces the ``cursor`` of
+    a database a test does not list with a failure that keeps the method as ``wrapped``, and
+    after the test puts the method back as an attribute of the connection (so an attribute
+    alone says nothing: every database a test left out has one from then on)."""
+    return not hasattr(connections[alias].cursor, "wrapped")
 
 
 def _jobs(alias: str | None = None):

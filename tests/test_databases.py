@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import connections, transaction
+from django.test import TestCase
 from django.urls import reverse
 from django.utils import timezone
 from helpers import FAST_LEASES, registered_for_the_test, wait_until
@@ -135,6 +136,21 @@ def test_run_jobs_runs_the_jobs_of_both_databases(heavy_on_jobs2):
     assert run_jobs().succeeded == 2
     labels = set(Execution.objects.values_list("label", flat=True))
     assert labels == {"report:in the test", "beside it", "report:again"}
+
+
+@pytest.mark.django_db(databases=BOTH)
+def test_run_jobs_uses_both_databases_after_a_test_that_used_one(heavy_on_jobs2):
+    """A test that did not list "jobs2" ran before (Django's TestCase wrapped the connection's
+    methods, then put them back as attributes of the connection): "jobs2" is usable again."""
+
+    class DefaultOnly(TestCase):
+        databases = {"default"}
+
+    DefaultOnly._add_databases_failures()
+    DefaultOnly._remove_databases_failures()
+    build_report.enqueue("after a default-only test")
+    demo.record.enqueue("beside it")
+    assert run_jobs().succeeded == 2
 
 
 @pytest.mark.django_db(databases=["default"])

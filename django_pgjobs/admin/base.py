@@ -119,7 +119,7 @@ class CappedChangeList(ChangeList):
 
     def url_for_result(self, result) -> str:
         """A row's page, on the database of this list."""
-        return super().url_for_result(result) + databases.query()
+        return super().url_for_result(result) + databases.url_query()
 
     def get_queryset(self, request, exclude_parameters=None):
         queryset = super().get_queryset(request, exclude_parameters)
@@ -415,7 +415,7 @@ class JobRowAdmin(OperatorAdmin):
                     (
                         action,
                         reverse(self.url_name("act"), args=[obj.pk, action.name])
-                        + databases.query(),
+                        + databases.url_query(),
                     )
                     for action in self.actions_for(request, obj)
                     if getattr(self, f"has_{action.permission}_permission")(request)

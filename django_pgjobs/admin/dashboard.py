@@ -163,7 +163,7 @@ def read_databases(show_dead: bool, show_workers: bool, now) -> DatabasesRead:
 def database_links(alias: str) -> dict[str, str]:
     """The query strings that keep a dashboard row's links on its database (empty with one):
     ``db_page`` starts a query, ``db_query`` extends one."""
-    return {"db_page": databases.query(alias), "db_query": databases.query(alias, "&")}
+    return {"db_page": databases.url_query(alias), "db_query": databases.url_query(alias, "&")}
 
 
 def dashboard_view(model_admin, request):

@@ -83,7 +83,7 @@ def on_chosen_database_urls(patterns: list) -> list:
     ]
 
 
-def query(alias: str | None = None, separator: str = "?") -> str:
+def url_query(alias: str | None = None, separator: str = "?") -> str:
     """``?_database=<alias>`` (of ``current()`` by default) to append to a URL, or "" with one
     database."""
     if not several():
@@ -97,4 +97,4 @@ def switcher() -> list[tuple[str, str, bool]]:
     if not several():
         return []
     now = current()
-    return [(alias, query(alias), alias == now) for alias in job_databases()]
+    return [(alias, url_query(alias), alias == now) for alias in job_databases()]
