@@ -261,3 +261,23 @@ def test_an_operator_adds_and_resumes_a_schedule_with_naive_times(naive_time, ad
     assert response.status_code == 302
     assert admin_client.get(f"/admin/django_pgjobs/schedule/{row.pk}/change/").status_code == 200
     assert admin_client.get("/admin/django_pgjobs/schedule/").status_code == 200
+
+
+def test_an_every_half_hour_schedule_runs_in_both_passes_of_the_repeated_hour(
+    naive_time, other_connection
+):
+    """Clocks go back in Santiago on 5 April 2026 (00:00 -03 -> 23:00 -04): the hour from 23:00
+    happens twice. The scheduler's clock and rows are read naive; each fire time still runs once,
+    30 real minutes apart, in both passes."""
+    from test_scheduler import Clock, minutes, run_until, schedule, scheduler
+
+    first = datetime(2026, 4, 5, 1, 50, tzinfo=dt_timezone.utc)  # 22:50 in Santiago
+    row = schedule("*/30 * * * *", first)  # in the project's zone
+    clock = Clock(first)
+    start = first + timedelta(minutes=10)
+    run_until(scheduler(clock), clock, start + timedelta(hours=3))
+    other_connection.execute("SET TIME ZONE 'UTC'")
+    fired = other_connection.execute(
+        "SELECT fire_time FROM pgjobs_schedule_fire WHERE schedule_id = %s ORDER BY 1", [row.pk]
+    ).fetchall()
+    assert [moment for (moment,) in fired] == minutes(start, 7, 30)
