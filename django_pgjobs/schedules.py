@@ -33,9 +33,21 @@ def time_zone_of(name: str) -> str:
     return name or timezone.get_default_timezone_name()
 
 
+def instant(moment: dt.datetime) -> dt.datetime:
+    """``moment`` as an aware datetime, which cron's fire times are: a naive one (a project with
+    ``USE_TZ = False``, whose clock and rows are read naive) is in the project's ``TIME_ZONE``,
+    as Django writes and reads them there. Exact in the hour that happens twice when clocks go
+    back: a time read from the database keeps its ``fold``."""
+    if timezone.is_aware(moment):
+        return moment
+    return timezone.make_aware(moment, timezone.get_default_timezone())
+
+
 def first_fire(expression: str, time_zone: str, now: dt.datetime | None = None) -> dt.datetime:
-    """The first fire time after ``now`` of a new or changed schedule."""
-    return cron.next_after(expression, time_zone_of(time_zone), now or timezone.now())
+    """The first fire time after ``now`` (None: the present, taken aware: naive, it would be
+    ambiguous in the hour that happens twice) of a new or changed schedule."""
+    now = instant(now) if now is not None else dt.datetime.now(dt.timezone.utc)
+    return cron.next_after(expression, time_zone_of(time_zone), now)
 
 
 class Due(NamedTuple):
@@ -60,9 +72,9 @@ def due(
     cron_jobs = [name for name in names if name in known and known[name].cron is not None]
     params = {"now": now, "limit": limit, "job_names": names, "cron_jobs": cron_jobs}
     rows = db.execute(connection, "schedules_due", params)
-    first = rows[0]
+    first, next_wake = rows[0], rows[0]["next_wake"]
     schedules = [row for row in rows if row["id"] is not None]
-    return Due(first["db_now"], schedules, first["next_wake"])
+    return Due(instant(first["db_now"]), schedules, next_wake and instant(next_wake))
 
 
 def fire(

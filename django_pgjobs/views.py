@@ -1,11 +1,14 @@
 """The two read-only endpoints of ``include("django_pgjobs.urls")``: ``metrics`` and
-``health``. Who may read them: ``access``; what they say: ``prometheus`` and ``health``."""
+``health``. Who may read them: ``access``; what they say: ``prometheus`` and ``health``.
+
+Both are outside ``ATOMIC_REQUESTS``: its transaction opens before the view runs, so with the
+database away they would answer Django's 500 instead of their 503; they only read."""
 
 from __future__ import annotations
 
 import time
 
-from django.db import DatabaseError
+from django.db import DatabaseError, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
@@ -19,6 +22,7 @@ MISSING_CLIENT = "pgjobs/metrics needs prometheus_client: pip install 'django-pg
 
 
 @never_cache
+@transaction.non_atomic_requests
 @require_safe
 def metrics(request: HttpRequest) -> HttpResponse:
     try:
@@ -42,6 +46,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
 
 
 @never_cache
+@transaction.non_atomic_requests
 @require_safe
 def health(request: HttpRequest) -> HttpResponse:
     config = get_config()
