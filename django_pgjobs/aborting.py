@@ -1,6 +1,7 @@
 """Aborting jobs: ``django_pgjobs.abort(ids)``.
 
-A waiting job is cancelled (deleted, as the admin's "Cancel job" does). A running job gets its
+A waiting job is cancelled (deleted, as the admin's "Cancel job" does; a step of a workflow is
+kept as ``cancelled`` and its workflow aborted, docs/howto/workflows.md). A running job gets its
 abort requested (``pgjobs_job.abort_requested_at``): its worker learns of it at once through
 NOTIFY ``pgjobs_abort``, or at its next heartbeat when it does not LISTEN, and sets
 ``current_job().abort_requested``; a sync handler that polls it stops (best by raising
@@ -26,7 +27,8 @@ class AbortResult:
 
     #: Running jobs whose abort is now requested (or already was).
     requested: list[int] = field(default_factory=list)
-    #: Waiting jobs (due, scheduled, retrying) that were cancelled: deleted, never to run.
+    #: Waiting jobs (due, scheduled, retrying; a workflow's blocked steps) that were cancelled:
+    #: deleted, never to run (a workflow's step kept as ``cancelled``, its workflow aborted).
     cancelled: list[int] = field(default_factory=list)
     #: Ids of no waiting or running job: unknown, already finished (or dead-lettered).
     not_found: list[int] = field(default_factory=list)

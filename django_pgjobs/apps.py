@@ -1,10 +1,11 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class PgJobsConfig(AppConfig):
     name = "django_pgjobs"
     label = "django_pgjobs"
-    verbose_name = "Jobs"
+    verbose_name = _("Jobs")
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:

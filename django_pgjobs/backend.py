@@ -41,6 +41,7 @@ from django.utils.module_loading import autodiscover_modules, import_string
 from . import db, results
 from . import taskframework as tf
 from .backoff import RetryPolicy
+from .conf import get_config, job_databases
 from .registry import JobDefinition
 from .task_rows import NotATask, TaskDefinition, find_task
 from .validation import check_max_attempts, check_positive_seconds, check_queue
@@ -135,7 +136,7 @@ class PgJobsBackend(tf.BaseTaskBackend):
         job = prepared.enqueue(*args, **kwargs)
         result = tf.TaskResult(
             task=task,
-            id=str(job.id),
+            id=_result_id(job.id, job._state.db),
             status=tf.TaskResultStatus.READY,
             enqueued_at=job.created_at,
             started_at=None,
@@ -147,7 +148,7 @@ class PgJobsBackend(tf.BaseTaskBackend):
             errors=[],
             worker_ids=[],
         )
-        _send_when_committed(type(self), result)
+        _send_when_committed(type(self), result, job._state.db)
         return result
 
     # -- results --------------------------------------------------------------------------------
@@ -161,9 +162,9 @@ class PgJobsBackend(tf.BaseTaskBackend):
         naming no Task of a module this process has imported (a row never makes it import one)
         or no ``PgJobsBackend`` alias.
         """
-        job_id = _job_id(result_id)
+        job_id, alias = _job_id(result_id)
         try:
-            found = results.get_result(job_id)
+            found = results.get_result(job_id, using=alias)
         except results.JobResultDoesNotExist:
             raise tf.TaskResultDoesNotExist(result_id) from None
         if not found.task_backend:  # a @job row
@@ -181,7 +182,7 @@ class PgJobsBackend(tf.BaseTaskBackend):
     def running_result(self, task: Any, job: Any) -> Any:
         """(Executor thread.) The result of the attempt a worker is starting: RUNNING, one
         worker id per attempt (so ``TaskContext.attempt`` is the row's attempt count)."""
-        found = results.get_result(job.id)
+        found = results.get_result(job.id, using=job.database or None)
         result = self._task_result(task, found, status=tf.TaskResultStatus.RUNNING)
         worker_ids = result.worker_ids[: job.attempts]
         worker_ids += [found.worker_ids[-1] if found.worker_ids else ""] * (
@@ -221,7 +222,7 @@ class PgJobsBackend(tf.BaseTaskBackend):
         return result
 
 
-def _send_when_committed(sender: type, result: Any) -> None:
+def _send_when_committed(sender: type, result: Any, alias: str) -> None:
     """Django's ``task_enqueued`` once the task's row is committed: at the commit of the
     caller's ``transaction.atomic()`` on the jobs database (never if it rolls back), at once in
     autocommit. Under manual transaction management Django cannot tell when the caller will
@@ -231,7 +232,7 @@ def _send_when_committed(sender: type, result: Any) -> None:
     def send() -> None:
         tf.task_enqueued.send_robust(sender, task_result=result)
 
-    connection = db.jobs_connection()
+    connection = db.jobs_connection(alias)
     if connection.get_autocommit() or (connection.in_atomic_block and connection.commit_on_exit):
         connection.on_commit(send)
     else:
@@ -261,11 +262,20 @@ def _task_error(entry: dict) -> Any:
     )
 
 
-def _job_id(result_id: Any) -> int:
+def _result_id(job_id: int, alias: str | None) -> str:
+    """A task result's id: the job's id, followed by ``@alias`` for a job on another database
+    than ``PGJOBS["DATABASE"]`` (a queue of ``QUEUE_DATABASES``: each database numbers its own)."""
+    return str(job_id) if alias in (None, get_config().DATABASE) else f"{job_id}@{alias}"
+
+
+def _job_id(result_id: Any) -> tuple[int, str | None]:
+    """The job's id and its database (None: ``PGJOBS["DATABASE"]``) of a result id."""
     if isinstance(result_id, int) and not isinstance(result_id, bool):
-        return result_id
-    if isinstance(result_id, str) and result_id.isascii() and result_id.isdigit():
-        return int(result_id)
+        return result_id, None
+    if isinstance(result_id, str) and result_id.isascii():
+        number, at, alias = result_id.partition("@")
+        if number.isdigit() and (not at or alias in job_databases()):
+            return int(number), alias or None
     raise tf.TaskResultDoesNotExist(result_id)
 
 

@@ -2,10 +2,12 @@
 
 - ``pgjobs.E001``: the jobs database is not PostgreSQL.
 - ``pgjobs.E002``: ``settings.PGJOBS`` has an unknown key or a bad value.
-- ``pgjobs.E003``: ``PGJOBS["DATABASE"]`` names no database in ``settings.DATABASES``.
+- ``pgjobs.E003``: ``PGJOBS["DATABASE"]`` (or a database of ``PGJOBS["QUEUE_DATABASES"]``)
+  names no database in ``settings.DATABASES``.
 - ``pgjobs.E004``: a job's ``lease_seconds`` is shorter than two heartbeats.
 - ``pgjobs.E005``: ``PGJOBS["OUTBOX_PUBLISHER"]`` names a publisher that cannot be built.
 - ``pgjobs.E006``: immediate mode is on with ``DEBUG`` off and no explicit opt-in.
+- ``pgjobs.E007``: a recurring job's queue lives on another database than the schedules.
 - ``pgjobs.W001``: atomic jobs run on a jobs database other than ``default``.
 - ``pgjobs.W002``: a schedule names a job that is not registered (a database check: run by
   ``migrate`` and ``check --database``).
@@ -21,20 +23,29 @@ from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 from django.db import DatabaseError, connections
 
-from .conf import ConfigError, get_config, raw_settings, validate
+from .conf import ConfigError, get_config, queue_database, raw_settings, validate
 from .outbox.publishers import publisher_problem
 from .registry import registered
-from .schedules import unfit
+from .schedules import elsewhere, unfit
 from .versions import skipped_versions
 
 
-def _alias() -> str | None:
+def _aliases() -> list[tuple[str, str]]:
+    """Each alias the settings name for jobs, with the setting that names it."""
     try:
         raw = raw_settings()
     except ConfigError:
-        return None
+        return []
     alias = raw.get("DATABASE", "default")
-    return alias if isinstance(alias, str) else None
+    named = [("PGJOBS['DATABASE']", alias)] if isinstance(alias, str) else []
+    routes = raw.get("QUEUE_DATABASES") or {}
+    if isinstance(routes, dict):
+        named += [
+            (f"PGJOBS['QUEUE_DATABASES'][{queue!r}]", alias)
+            for queue, alias in routes.items()
+            if isinstance(alias, str) and alias
+        ]
+    return named
 
 
 @register(Tags.compatibility)
@@ -55,29 +66,48 @@ def check_settings(app_configs=None, **kwargs):
 
 @register(Tags.compatibility)
 def check_database(app_configs=None, **kwargs):
-    alias = _alias()
-    if alias is None:
-        return []
-    if alias not in settings.DATABASES:
-        return [
-            Error(
-                f"PGJOBS['DATABASE'] is {alias!r}, which is not in settings.DATABASES.",
-                hint=f"Use one of: {', '.join(settings.DATABASES) or '(none)'}.",
-                id="pgjobs.E003",
+    errors, seen = [], set()
+    for name, alias in _aliases():
+        if alias not in settings.DATABASES:
+            errors.append(
+                Error(
+                    f"{name} is {alias!r}, which is not in settings.DATABASES.",
+                    hint=f"Use one of: {', '.join(settings.DATABASES) or '(none)'}.",
+                    id="pgjobs.E003",
+                )
             )
-        ]
-    vendor = connections[alias].vendor
-    if vendor != "postgresql":
-        return [
-            Error(
-                f"django-pgjobs needs PostgreSQL, but the database {alias!r} uses "
-                f"{settings.DATABASES[alias].get('ENGINE')!r}.",
-                hint="Point PGJOBS['DATABASE'] at a database using "
-                "'django.db.backends.postgresql' (PostgreSQL 13 or newer).",
-                id="pgjobs.E001",
+        elif alias not in seen and connections[alias].vendor != "postgresql":
+            errors.append(
+                Error(
+                    f"django-pgjobs needs PostgreSQL, but the database {alias!r} uses "
+                    f"{settings.DATABASES[alias].get('ENGINE')!r}.",
+                    hint=f"Point {name} at a database using "
+                    "'django.db.backends.postgresql' (PostgreSQL 13 or newer).",
+                    id="pgjobs.E001",
+                )
             )
-        ]
-    return []
+        seen.add(alias)
+    return errors
+
+
+@register(Tags.compatibility)
+def check_recurring_jobs_database(app_configs=None, **kwargs):
+    """Schedules fire on ``PGJOBS["DATABASE"]``: a recurring job whose queue lives on another
+    database would never fire (``schedules.elsewhere``)."""
+    try:
+        get_config()
+    except ConfigError:
+        return []  # pgjobs.E002 says why
+    return [
+        Error(
+            f"Job {definition.name!r} declares cron= but {problem}: it would never fire.",
+            hint="Give it a queue of PGJOBS['DATABASE'], or have a job there enqueue it.",
+            obj=definition.func,
+            id="pgjobs.E007",
+        )
+        for definition in registered().values()
+        if definition.cron is not None and (problem := elsewhere(definition)) is not None
+    ]
 
 
 @register(Tags.compatibility)
@@ -131,7 +161,7 @@ def check_atomic_jobs_database(app_configs=None, **kwargs):
     except ConfigError:
         return []  # reported by pgjobs.E002
     if config.DATABASE == "default":
-        return []
+        return _atomic_jobs_on_routed_queues()
     atomic = sorted(name for name, definition in registered().items() if definition.is_atomic())
     if not atomic and not config.DEFAULT_ATOMIC:
         return []
@@ -154,11 +184,36 @@ def check_atomic_jobs_database(app_configs=None, **kwargs):
     ]
 
 
+def _atomic_jobs_on_routed_queues() -> list[Warning]:
+    """``pgjobs.W001`` for the atomic jobs whose queue lives on another database than
+    'default' (``PGJOBS["QUEUE_DATABASES"]``): their transaction is on that database."""
+    routed = sorted(
+        name
+        for name, definition in registered().items()
+        if definition.is_atomic() and queue_database(definition.get_queue()) != "default"
+    )
+    if not routed:
+        return []
+    return [
+        Warning(
+            f"{len(routed)} atomic job(s) ({', '.join(routed[:3])}"
+            + (", ..." if len(routed) > 3 else "")
+            + ") have their queue on another database than 'default' (PGJOBS['QUEUE_DATABASES'])"
+            ": an atomic job's transaction is on its queue's database only, so its writes to "
+            "'default' are not rolled back when it fails.",
+            hint="Give them a queue on 'default', or make them write only to their queue's "
+            "database (and be idempotent about the rest).",
+            id="pgjobs.W001",
+        )
+    ]
+
+
 @register(Tags.database)
 def check_schedules(app_configs=None, databases=None, **kwargs):
     """A schedule whose job is no longer registered fires nothing; it is kept (never dropped)
     and said here and in the admin, for the operator to fix or delete."""
-    alias = _alias()
+    named = _aliases()
+    alias = named[0][1] if named and named[0][0] == "PGJOBS['DATABASE']" else None
     if not databases or alias not in databases:
         return []
     from .models import Schedule

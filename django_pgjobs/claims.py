@@ -60,6 +60,8 @@ class ClaimedJob:
     #: The workflow this job is a step of (None: none); its acknowledgement then counts it
     #: (``operations.complete``).
     workflow_id: int | None = None
+    #: The alias of the database it was claimed from (its queue's, ``routing``); "" unknown.
+    database: str = ""
 
     @property
     def is_last_attempt(self) -> bool:
@@ -138,12 +140,14 @@ class Claim:
     def token(self) -> uuid.UUID:
         return self.params["token"]
 
-    def job(self, row: dict[str, Any]) -> ClaimedJob:
+    def job(self, row: dict[str, Any], alias: str) -> ClaimedJob:
         """A row of the claim statements (times as epoch seconds, no token) as a
-        ``ClaimedJob`` of this claim."""
+        ``ClaimedJob`` of this claim, on the database ``alias``."""
         row["run_after"] = _from_epoch(row["run_after"])
         row["created_at"] = _from_epoch(row["created_at"])
-        return ClaimedJob(**row, claim_token=self.token, lease_seconds=self.lease_seconds)
+        return ClaimedJob(
+            **row, claim_token=self.token, lease_seconds=self.lease_seconds, database=alias
+        )
 
 
 def _from_epoch(seconds: float) -> datetime:

@@ -70,6 +70,14 @@ def check_token(token: str) -> str:
     return token
 
 
+def check_queue_databases(mapping: dict[str, str]) -> None:
+    """Queue names (as a queue is named anywhere) mapped to non-empty alias strings."""
+    for queue, alias in mapping.items():
+        check_queue(queue)
+        if not isinstance(alias, str) or not alias:
+            raise ValueError(f"the database of queue {queue!r} must be an alias, not {alias!r}")
+
+
 def setting(default: Any, bounds: Bounds | None = None, check: Any = None) -> Any:
     """A field of ``Config``: its default, and the range or check its values must pass (its type
     is the field's annotation)."""
@@ -80,6 +88,13 @@ def setting(default: Any, bounds: Bounds | None = None, check: Any = None) -> An
 class Config:
     #: Django database alias that holds the jobs tables.
     DATABASE: str = "default"
+    #: Queues whose jobs live on another database than ``DATABASE``: queue name -> alias (each
+    #: alias migrated with the jobs tables). Enqueue writes a job on its queue's database and a
+    #: worker serves the queues of one database (docs/howto/databases.md). Empty: every queue on
+    #: ``DATABASE``.
+    QUEUE_DATABASES: dict[str, str] = field(
+        default_factory=dict, hash=False, metadata={"check": check_queue_databases}
+    )
     #: Queue used when neither the job nor the call names one.
     DEFAULT_QUEUE: str = setting("default", check=check_queue)
     #: Attempts a job gets unless it says otherwise (attempts are counted at claim time).
@@ -115,6 +130,9 @@ class Config:
     DEAD_LETTER_MAX_PER_NAME: int | None = setting(None, Bounds(low=0))
     #: Most dead letters one prune statement deletes (one transaction, one batch).
     DEAD_LETTER_PRUNE_BATCH: int = setting(1000, Bounds(low=1, high=100_000))
+    #: Keep finished workflows (succeeded, failed, aborted) this many seconds, then the workers
+    #: prune them with their cancelled steps; one with a job left, or a dead letter, is kept.
+    KEEP_WORKFLOWS_SECONDS: float = setting(7 * 24 * 3600.0, SECONDS)
     #: Seconds a worker waits for running jobs after SIGTERM/SIGINT before it gives up on them.
     SHUTDOWN_GRACE_SECONDS: float = setting(30.0, SECONDS)
     #: Largest accepted JSON payload (args + kwargs), in bytes.
@@ -254,7 +272,26 @@ def get_config() -> Config:
     if problems:
         raise ConfigError("settings.PGJOBS: " + "; ".join(problems))
     values = {key: tuple(value) if isinstance(value, list) else value for key, value in raw.items()}
+    if "QUEUE_DATABASES" in values:  # a copy: the settings' dict is not the config's
+        values["QUEUE_DATABASES"] = dict(values["QUEUE_DATABASES"])
     return Config(**values)
+
+
+def queue_database(queue: str) -> str:
+    """The alias of the database that holds the jobs of ``queue``."""
+    config = get_config()
+    return config.QUEUE_DATABASES.get(queue, config.DATABASE)
+
+
+def job_databases() -> tuple[str, ...]:
+    """Every alias that holds jobs: ``DATABASE`` first, then those of ``QUEUE_DATABASES``."""
+    config = get_config()
+    return tuple(dict.fromkeys([config.DATABASE, *config.QUEUE_DATABASES.values()]))
+
+
+def queues_elsewhere(alias: str) -> list[str]:
+    """The queues routed by ``QUEUE_DATABASES`` to another database than ``alias``."""
+    return sorted(q for q, a in get_config().QUEUE_DATABASES.items() if a != alias)
 
 
 @receiver(setting_changed)

@@ -13,9 +13,13 @@ the database anyway. Nothing is changed without a selection (ids or a filter).
 
 from __future__ import annotations
 
+import contextvars
 import json
-from collections.abc import Sequence
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from django.utils import timezone
@@ -27,7 +31,7 @@ from .admin.dashboard import worker_rows
 from .admin.dead_letters import GONE
 from .admin.jobs import LEASE_EXPIRED, jobs_in_view, view_ordering, views_condition
 from .admin.queues import set_queue_paused
-from .conf import get_config
+from .conf import get_config, job_databases
 from .metrics import WAIT_BUCKET_BOUNDS
 from .models import DeadLetter, Job, Worker
 from .states import View
@@ -46,8 +50,10 @@ JOB_STATES = tuple(
 )
 #: The ``--state`` values of ``purge``: the views the admin's cancel applies to.
 WAITING_STATES = tuple(str(view) for view in sorted(JOB_ACTIONS["cancel"].views))
-#: Most successful jobs one prune statement deletes (as the worker's pruner).
-PRUNE_BATCH = 10_000
+#: Who the command is, in the audit trail of the jobs it requeues (the admin's: the admin user).
+COMMAND = "manage.py pgjobs"
+
+logger = logging.getLogger("django_pgjobs")
 
 
 class BadInput(ValueError):
@@ -63,10 +69,20 @@ class Selection:
     name: str | None = None
     state: str | None = None  # a job view (jobs only)
     error_type: str | None = None  # dead letters only
+    died_within: float | None = None  # seconds; dead letters only (the admin's "died within")
+    older_than: float | None = None  # seconds; dead letters only
 
     @property
     def empty(self) -> bool:
-        return not (self.ids or self.queue or self.name or self.state or self.error_type)
+        return not (
+            self.ids
+            or self.queue
+            or self.name
+            or self.state
+            or self.error_type
+            or self.died_within
+            or self.older_than
+        )
 
 
 @dataclass
@@ -81,12 +97,32 @@ class Outcome:
     dry_run: bool = False
 
 
+#: The jobs database the functions below act on (``on_database``); None: ``PGJOBS["DATABASE"]``,
+#: and ``status()`` reads every jobs database.
+_database: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "pgjobs_console_database", default=None
+)
+
+
+@contextmanager
+def on_database(alias: str | None) -> Iterator[None]:
+    """Act on the jobs database ``alias`` (``PGJOBS["DATABASE"]`` or one of
+    ``PGJOBS["QUEUE_DATABASES"]``) within the block."""
+    if alias is not None and alias not in job_databases():
+        raise BadInput(f"{alias!r} holds no queue; jobs databases: {', '.join(job_databases())}")
+    token = _database.set(alias)
+    try:
+        yield
+    finally:
+        _database.reset(token)
+
+
 def connection():
-    return db.jobs_connection()
+    return db.jobs_connection(_database.get())
 
 
-def _rows(model):
-    return model._default_manager.using(get_config().DATABASE)
+def _rows(model, alias: str | None = None):
+    return model._default_manager.using(alias or _database.get() or get_config().DATABASE)
 
 
 def check_queue_known(queue: str | None) -> None:
@@ -138,34 +174,45 @@ def queue_status(queue: overview.QueueOverview) -> dict[str, Any]:
 
 
 def status() -> dict[str, Any]:
-    """The dashboard's numbers, JSON-ready: per queue, totals, and the workers."""
-    conn = connection()
+    """The dashboard's numbers, JSON-ready: per queue, totals, and the workers; of every jobs
+    database (each queue and worker says its ``database``), or of the one ``on_database``
+    names."""
     now = timezone.now()
-    queues, _ = overview.queue_overview(conn, now=now)
-    workers = worker_rows(_rows(Worker), now, registry.queues_in_use(conn))
+    chosen = _database.get()
+    every: list[overview.QueueOverview] = []
+    queues: list[dict[str, Any]] = []
+    workers: list[dict[str, Any]] = []
+    for alias in [chosen] if chosen else job_databases():
+        conn = db.jobs_connection(alias)
+        found, _ = overview.queue_overview(conn, now=now)
+        every += found
+        queues += [{**queue_status(q), "database": alias} for q in found]
+        registered = worker_rows(_rows(Worker, alias), now, registry.queues_in_use(conn))
+        workers += [{**_worker_status(w), "database": alias} for w in registered]
     totals = {
-        key: sum(getattr(q, key) for q in queues)
+        key: sum(getattr(q, key) for q in every)
         for key in ("due", "scheduled", "retrying", "running", "lease_expired", "dead_letters")
     }
     return {
         "measured_at": now.isoformat(),
-        "queues": [queue_status(q) for q in queues],
+        "queues": queues,
         "totals": totals,
         "workers_alive": sum(1 for w in workers if w["alive"]),
-        "workers": [
-            {
-                "id": w["worker"].id,
-                "hostname": w["worker"].hostname,
-                "pid": w["worker"].pid,
-                "queues": w["queues"],
-                "concurrency": w["worker"].concurrency,
-                "alive": w["alive"],
-                "started_at": w["worker"].started_at.isoformat(),
-                "last_seen_at": w["worker"].last_seen_at.isoformat(),
-                "unused_queues": w["unused"],
-            }
-            for w in workers
-        ],
+        "workers": workers,
+    }
+
+
+def _worker_status(w: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": w["worker"].id,
+        "hostname": w["worker"].hostname,
+        "pid": w["worker"].pid,
+        "queues": w["queues"],
+        "concurrency": w["worker"].concurrency,
+        "alive": w["alive"],
+        "started_at": w["worker"].started_at.isoformat(),
+        "last_seen_at": w["worker"].last_seen_at.isoformat(),
+        "unused_queues": w["unused"],
     }
 
 
@@ -190,6 +237,11 @@ def _dead_letter_queryset(selection: Selection):
     for key in ("queue", "name", "error_type"):
         if getattr(selection, key) is not None:
             rows = rows.filter(**{key: getattr(selection, key)})
+    now = timezone.now()
+    if selection.died_within is not None:
+        rows = rows.filter(failed_at__gt=now - timedelta(seconds=selection.died_within))
+    if selection.older_than is not None:
+        rows = rows.filter(failed_at__lt=now - timedelta(seconds=selection.older_than))
     return rows
 
 
@@ -260,11 +312,19 @@ def _missing_ids(queryset, ids: Sequence[int], noun: str) -> None:
 
 
 def _run_in_batches(
-    queryset, action: Action, noun: str, why_left: str, dry_run: bool, named: int = 0
+    queryset,
+    action: Action,
+    noun: str,
+    why_left: str,
+    dry_run: bool,
+    named: int = 0,
+    requested_by: str = COMMAND,
 ) -> Outcome:
     """The admin's ``action`` on the ids of ``queryset``, in id order, ``BULK_LIMIT`` at a time,
     one statement each (``action.operation``). ``dry_run``: count them, change nothing.
-    ``named``: how many ids the operator named (those the filters leave out are left alone)."""
+    ``named``: how many ids the operator named (those the filters leave out are left alone).
+    ``requested_by``: who the audit trail and a workflow's reason name, for the actions that
+    record it."""
     if dry_run:
         selected = queryset.count()
         return Outcome(f"Would {action.name} {plural(selected, noun)}.", selected, dry_run=True)
@@ -278,24 +338,40 @@ def _run_in_batches(
         if not batch:
             break
         selected += len(batch)
-        touched += action.operation(conn, batch)
+        if action.records_user:
+            touched += action.operation(conn, batch, requested_by=requested_by)
+        else:
+            touched += action.operation(conn, batch)
         after = batch[-1]
-    skipped = max(selected, named) - len(touched)
-    note = ""
-    if skipped:
-        was = "was" if skipped == 1 else "were"
-        note = f"{plural(skipped, 'selected ' + noun)} {was} left alone ({why_left})."
+    note = left_alone(max(selected, named) - len(touched), noun, why_left)
     return Outcome(action.message(len(touched)), len(touched), sorted(touched), note)
+
+
+def left_alone(skipped: int, noun: str, why: str) -> str:
+    """The admin's note on selected rows left alone, or ""."""
+    if not skipped:
+        return ""
+    was = "was" if skipped == 1 else "were"
+    return f"{plural(skipped, 'selected ' + noun)} {was} left alone ({why})."
+
+
+def dead_letters_of(selection: Selection):
+    """The dead letters of ``selection``; ``BadInput`` without ids or a filter, for an unknown
+    queue, or an id with no dead letter."""
+    if selection.empty:
+        raise BadInput(
+            "name dead letters by id or by a filter (--queue, --name, --error-type, "
+            "--died-within, --older-than)"
+        )
+    check_queue_known(selection.queue)
+    _missing_ids(_rows(DeadLetter), selection.ids, "dead letter")
+    return _dead_letter_queryset(selection)
 
 
 def act_on_dead_letters(action_name: str, selection: Selection, dry_run: bool = False) -> Outcome:
     """Requeue or delete the dead letters of ``selection`` (the admin's actions)."""
-    if selection.empty:
-        raise BadInput("name dead letters by id or by a filter (--queue, --name, --error-type)")
-    check_queue_known(selection.queue)
-    _missing_ids(_rows(DeadLetter), selection.ids, "dead letter")
+    queryset = dead_letters_of(selection)
     action = DEAD_LETTER_ACTIONS[action_name]
-    queryset = _dead_letter_queryset(selection)
     named = len(selection.ids)
     return _run_in_batches(queryset, action, "dead letter", GONE, dry_run, named)
 
@@ -310,7 +386,9 @@ def purge(selection: Selection, dry_run: bool = False) -> Outcome:
     action = JOB_ACTIONS["cancel"]
     queryset = _job_queryset(selection).filter(views_condition(action.views))
     why = f"only {action.valid_for} jobs are cancelled; a running one is its worker's"
-    return _run_in_batches(queryset, action, "job", why, dry_run, len(selection.ids))
+    # named in the reason of the workflow a cancelled step ends
+    by = f"{COMMAND} purge"
+    return _run_in_batches(queryset, action, "job", why, dry_run, len(selection.ids), by)
 
 
 def pause(queue: str, paused: bool) -> Outcome:
@@ -323,22 +401,6 @@ def pause(queue: str, paused: bool) -> Outcome:
     if was_paused == paused:
         return Outcome(f"{verb} queue {queue} (it was already {verb.lower()}).", 1)
     return Outcome(f"{verb} queue {queue}.", 1)
-
-
-def prune() -> Outcome:
-    """Delete the successful jobs kept past their retention, as the worker's pruner does
-    (``KEEP_SUCCEEDED_SECONDS``, ``KEEP_RESULTS_SECONDS``), ``PRUNE_BATCH`` per statement."""
-    config = get_config()
-    conn = connection()
-    pruned = 0
-    while True:
-        deleted = operations.prune_succeeded(
-            conn, config.KEEP_SUCCEEDED_SECONDS, config.KEEP_RESULTS_SECONDS, PRUNE_BATCH
-        )
-        pruned += deleted
-        if deleted < PRUNE_BATCH:
-            break
-    return Outcome(f"Pruned {plural(pruned, 'successful job')} past their retention.", pruned)
 
 
 def as_json(value: object) -> str:

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from django.db.models.base import ModelState
 from django.utils import timezone
 
-from . import db, signals, tracing, wakeups
+from . import db, routing, signals, tracing, wakeups
 from .calls import CallOptions
 from .conf import get_config
 from .context import current_job
@@ -117,19 +117,19 @@ def enqueue_call(
     unique key (``enqueue_outcome`` says which)."""
     params = _row_params(definition, options, args, kwargs)
     flow = _flow_of(definition, options, params)
+    connection = routing.enqueue_connection(params["queue"])
     if params["unique_key"] is not None:
         rules = rules_for(definition, options)
         if not rules.waiting and rules.throttle is None:  # a throttled one: in its statement
-            _hand_over_own_key([params["unique_key"]])
+            _hand_over_own_key([params["unique_key"]], connection)
         if not rules.plain:
-            return _enqueue_keyed(definition, options, (args, kwargs), params, rules)
+            return _enqueue_keyed(definition, options, (args, kwargs), params, rules, connection)
     elif _rules_without_key(definition, options):
         raise ValueError(
             f"{definition.name}: unique_scope, debounce and throttle apply to a unique key: give "
             "@job(unique_key=...) or .using(unique_key=...)"
         )
     config = get_config()
-    connection = db.jobs_connection()
     # a job with flow control wakes the flow claim of its queue's workers (listener.py)
     wake = FLOW_WAKE_PREFIX + params["queue"] if flow else params["queue"]
     after_commit = config.LISTEN_NOTIFY and wakeups.wakes_after_commit(connection)
@@ -181,7 +181,12 @@ def _flow_of(definition: JobSpec, options: CallOptions, params: dict[str, Any]) 
 
 
 def _enqueue_keyed(
-    definition: JobSpec, options: CallOptions, call: tuple, params: dict, rules: UniqueRules
+    definition: JobSpec,
+    options: CallOptions,
+    call: tuple,
+    params: dict,
+    rules: UniqueRules,
+    connection: Any,
 ) -> Job:
     """Insert, replace (debounce) or skip a job with a unique key, in the one statement of its
     rules; a skipped call returns the job holding the key."""
@@ -192,7 +197,6 @@ def _enqueue_keyed(
     else:
         statement = "enqueue_job_waiting"
     config = get_config()
-    connection = db.jobs_connection()
     after_commit = config.LISTEN_NOTIFY and wakeups.wakes_after_commit(connection)
     key = params["unique_key"]
     running = current_job()
@@ -229,15 +233,16 @@ def _rules_without_key(definition: JobSpec, options: CallOptions) -> bool:
     return definition.gives_unique_rules() or options.gives_unique_rules()
 
 
-def _hand_over_own_key(unique_keys: list[str | None]) -> None:
+def _hand_over_own_key(unique_keys: list[str | None], connection: Any) -> None:
     """A running job enqueueing its own key (scope ``in_flight``) gives it to the job it
     enqueues: without this, the new job would find the key held by the running one and a job
-    that reschedules itself would end its chain. No statement outside a job, nor without keys."""
+    that reschedules itself would end its chain. No statement outside a job, nor without keys.
+    Keys are held per database: none is handed over to a job written on another database."""
     running = current_job()
     keys = [key for key in unique_keys if key is not None]
-    if running is not None and keys:
+    if running is not None and keys and running.database in ("", connection.alias):
         db.execute(
-            db.jobs_connection(),
+            connection,
             "hand_over_unique_key",
             {"id": running.id, "token": running.claim_token, "unique_keys": keys},
         )
@@ -306,9 +311,9 @@ def enqueue_many(
         # one statement per job: each tells the key's row (enqueue_job_flow)
         jobs = [enqueue_call(definition, options, args, kwargs) for args, kwargs, _ in inputs]
         return [job for job in jobs if job.enqueue_outcome is EnqueueOutcome.CREATED]
-    _hand_over_own_key(columns["unique_keys"])
     params, notify = _shared_params(definition, options), get_config().LISTEN_NOTIFY
-    connection = db.jobs_connection()
+    connection = routing.enqueue_connection(params["queue"])
+    _hand_over_own_key(columns["unique_keys"], connection)
     rows = db.execute_prepared(
         connection,
         "enqueue_jobs",

@@ -3,7 +3,8 @@
 Three checks, read from the database like the admin dashboard (``overview``):
 
 ``database``
-    The jobs database answers (and holds the jobs tables).
+    The jobs database answers (and holds the jobs tables); with queues on several databases
+    (``PGJOBS["QUEUE_DATABASES"]``), each of them does: every check reads every one.
 ``workers``
     Each queue with a due job has a live worker that serves it (``overview.live_workers``).
 ``backlog``
@@ -18,9 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from django.db import DatabaseError
+from django.db import DatabaseError, connections
 
 from . import overview
+from .conf import job_databases
 from .db import JobsTableMissing
 from .operations import paused_queues, queue_names
 
@@ -30,6 +32,8 @@ class Health:
     database: bool = True
     queues_without_worker: tuple[str, ...] = ()
     late_queues: dict[str, float] = field(default_factory=dict)  # queue: seconds waited
+    #: With queues on several databases: those that did not answer (named to readers only).
+    databases_failing: tuple[str, ...] = ()
 
     @property
     def checks(self) -> dict[str, str]:
@@ -56,6 +60,8 @@ class Health:
             body["queues_without_worker"] = list(self.queues_without_worker)
         if details and self.late_queues:
             body["oldest_due_seconds"] = {q: round(s, 1) for q, s in self.late_queues.items()}
+        if details and self.databases_failing:
+            body["databases_failing"] = list(self.databases_failing)
         return body
 
 
@@ -77,4 +83,25 @@ def check_health(connection, max_due_age_seconds: float) -> Health:
             for name, (_, waited) in sorted(heads.items())
             if waited > max_due_age_seconds
         },
+    )
+
+
+def check_every_database(max_due_age_seconds: float) -> Health:
+    """The three checks on every jobs database (``PGJOBS["DATABASE"]`` and those of
+    ``PGJOBS["QUEUE_DATABASES"]``), as one: a check fails when it fails on any of them."""
+    found = {
+        alias: check_health(connections[alias], max_due_age_seconds) for alias in job_databases()
+    }
+    if len(found) == 1:
+        return next(iter(found.values()))
+    answered = [health for health in found.values() if health.database]
+    return Health(
+        database=len(answered) == len(found),
+        queues_without_worker=tuple(
+            sorted({queue for health in answered for queue in health.queues_without_worker})
+        ),
+        late_queues={
+            queue: waited for health in answered for queue, waited in health.late_queues.items()
+        },
+        databases_failing=tuple(alias for alias, health in found.items() if not health.database),
     )

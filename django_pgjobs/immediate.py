@@ -67,6 +67,6 @@ def run_when_committed(sender, job, created: bool, **kwargs) -> None:
         if ids:
             from .testing import run_burst
 
-            run_burst(only_ids=ids)
+            run_burst(only_ids=ids, database=alias)
 
     connections[alias].on_commit(run_enqueued_jobs_after_commit)

@@ -3,10 +3,10 @@
 The worker, the admin actions and the test helpers all go through these functions; each runs one
 named statement of ``sql/queries.sql`` (the function shares the statement's name), except
 ``complete()``, the one way jobs succeed, which picks the completion statement (carrying a claim
-or not) from its arguments and the retention setting. Functions
-that act on a claimed job are fenced: they take the claim token and do nothing when the job is no
-longer held under that token (its lease expired and it was rescued, maybe claimed again), so a
-worker that lost its lease can never complete or fail a job someone else now holds.
+or not) from its arguments and the retention setting. Functions that act on a claimed job are
+fenced: they take the claim token and do nothing when the job is no longer held under that token
+(its lease expired and it was rescued, maybe claimed again), so a worker that lost its lease can
+never complete or fail a job someone else now holds.
 
 No plan is kept between runs: a generic plan made while the queue idled would scan the whole
 table through the next burst (the claim alone may run prepared, planned at every run; see
@@ -24,9 +24,7 @@ from django.db import IntegrityError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from . import db
-from .claims import Claim, ClaimedJob
-from .claims import ClaimBuilder as ClaimBuilder  # the claim's values, used through this module
-from .claims import ClaimPlan as ClaimPlan
+from .claims import Claim, ClaimBuilder, ClaimedJob, ClaimPlan  # noqa: F401 (the last two: re-exported)
 from .conf import get_config
 from .validation import check_queue
 
@@ -77,7 +75,7 @@ def complete(
             return Completed(set(), [])
         execute = db.execute_prepared_replanned if claim.prepared else db.execute
         rows = execute(connection, "claim_jobs", claim.params)
-        return Completed(set(), [claim.job(row) for row in rows])
+        return Completed(set(), [claim.job(row, connection.alias) for row in rows])
     if results is not None:
         name = "complete_with_results_and_claim_jobs" if claim else "complete_jobs_with_results"
     elif get_config().KEEP_SUCCEEDED_SECONDS > 0:
@@ -94,7 +92,7 @@ def complete(
         if row["id"] is None:  # the one row that carries the completed ids
             completed.update(acknowledged)
         else:
-            claimed.append(claim.job(row))
+            claimed.append(claim.job(row, connection.alias))
     return Completed(completed, claimed)
 
 
@@ -113,7 +111,7 @@ def claim_jobs_flow(connection: Connection, claim: Claim, lanes: int) -> FlowCla
         if row["id"] is None:  # the one row that carries the wait
             wait = flow_wait
         else:
-            claimed.append(claim.job(row))
+            claimed.append(claim.job(row, connection.alias))
     return FlowClaimed(claimed, wait)
 
 
@@ -324,9 +322,11 @@ def requeue_dead_letters_spread(
     spacing_seconds: float,
     *,
     requested_by: str | None = None,
+    previous_due: datetime | None = None,
 ) -> list[tuple[int, datetime]]:
     """Move dead letters back as fresh jobs in one statement, due ``spacing_seconds`` apart
-    (oldest dead letter first, the first now); returns the new jobs' ``(id, due time)``.
+    (oldest dead letter first, the first now, or ``spacing_seconds`` after ``previous_due``: the
+    last due time of a replay's previous batch); returns the new jobs' ``(id, due time)``.
     ``requested_by`` (an operator) is recorded in each new job's audit trail (``repairs``).
 
     A dead letter whose unique key is held by a ready or running job (scope ``waiting``: by a
@@ -340,6 +340,7 @@ def requeue_dead_letters_spread(
     params = {
         "ids": list(ids),
         "spacing": spacing_seconds,
+        "previous_due": previous_due,
         "requested_by": requested_by,
         "action": action,
     }
@@ -365,9 +366,13 @@ def run_jobs_now(connection: Connection, ids: Sequence[int]) -> list[int]:
     return db.ids_of(db.execute(connection, "run_jobs_now", {"ids": list(ids)}))
 
 
-def cancel_jobs(connection: Connection, ids: Sequence[int]) -> list[int]:
-    """Delete waiting jobs; running jobs are left alone."""
-    return db.ids_of(db.execute(connection, "cancel_jobs", {"ids": list(ids)}))
+def cancel_jobs(
+    connection: Connection, ids: Sequence[int], *, requested_by: str = "an operator"
+) -> list[int]:
+    """Delete waiting jobs; running jobs are left alone. A waiting step of a workflow is kept
+    as ``cancelled`` and ends its workflow (aborted: "cancelled by ``requested_by``")."""
+    params = {"ids": list(ids), "reason": f"cancelled by {requested_by}"}
+    return db.ids_of(db.execute(connection, "cancel_jobs", params))
 
 
 #: Runs of ``abort_jobs`` at most: a job claimed or retried while the statement ran is caught by
@@ -378,20 +383,18 @@ ABORT_RUNS = 3
 def abort_jobs(
     connection: Connection, ids: Sequence[int], *, requested_by: str, cancel_waiting: bool = True
 ) -> tuple[list[int], list[int]]:
-    """Request the abort of the running jobs among ``ids`` and (``cancel_waiting``) delete the
-    waiting ones; returns ``(abort requested ids, cancelled ids)``. Ids of jobs that no longer
-    exist (or finished, kept as successful) are in neither."""
+    """Request the abort of the running jobs among ``ids`` and (``cancel_waiting``) cancel the
+    waiting ones (as ``cancel_jobs``); returns ``(abort requested ids, cancelled ids)``. Ids of
+    jobs that no longer exist (or finished, kept as successful) are in neither."""
     requested: list[int] = []
     cancelled: list[int] = []
     left = list(dict.fromkeys(ids))
+    params = {"requested_by": requested_by, "cancel_waiting": cancel_waiting}
+    params["reason"] = f"aborted at the request of {requested_by}"  # of a workflow's step
     for _ in range(ABORT_RUNS):
         if not left:
             break
-        row = db.execute(
-            connection,
-            "abort_jobs",
-            {"ids": left, "requested_by": requested_by, "cancel_waiting": cancel_waiting},
-        )[0]
+        row = db.execute(connection, "abort_jobs", {**params, "ids": left})[0]
         requested += row["requested"]
         cancelled += row["cancelled"]
         done = set(row["requested"]) | set(row["cancelled"])

@@ -30,6 +30,7 @@ class ClaimedJob(Protocol):
 
     id: int
     claim_token: uuid.UUID
+    database: str
     pending_progress: dict[str, Any] | None
     progress_written_at: float
 
@@ -69,7 +70,7 @@ def _write(job: ClaimedJob, now: float, metadata: str | None) -> bool:
         job.pending_progress = None
         job.progress_written_at = now
     rows = db.execute(
-        db.jobs_connection(),
+        db.jobs_connection(job.database or None),
         "set_job_progress",
         {
             "id": job.id,

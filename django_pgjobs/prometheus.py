@@ -15,6 +15,7 @@ waits) and count caps are ``overview``'s.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
@@ -36,8 +37,8 @@ def gauge(name: str, documentation: str, labels: tuple[str, ...] = ("queue",)):
 class JobsCollector(Collector):
     """Reads the numbers on each ``collect()``: one scrape, one pass over ``overview``."""
 
-    def __init__(self, connection, reader: Reader) -> None:
-        self.connection, self.reader = connection, reader
+    def __init__(self, connection, reader: Reader, outbox: bool = True) -> None:
+        self.connection, self.reader, self.outbox = connection, reader, outbox
 
     def collect(self) -> Iterator[Metric]:
         queues, _ = overview.queue_overview(self.connection, dead_letters=self.reader.dead_letters)
@@ -47,7 +48,8 @@ class JobsCollector(Collector):
             yield from self._dead_letters(queues)
         if self.reader.workers:
             yield from self._workers(queues)
-        yield from self._outbox()
+        if self.outbox:
+            yield from self._outbox()
         tables = gauge(
             "pgjobs_table_rows_estimated",
             "Rows of the table by the planner's estimate (updated by ANALYZE).",
@@ -157,10 +159,34 @@ class JobsCollector(Collector):
         yield serving
 
 
-def exposition(connection, reader: Reader, accept: str) -> tuple[bytes, str]:
+class EveryDatabaseCollector(Collector):
+    """``JobsCollector`` on each jobs database (``PGJOBS["QUEUE_DATABASES"]``): with one, its
+    series as they are; with several, every series of each database with a ``database`` label
+    naming it (the outbox's of ``PGJOBS["DATABASE"]`` alone, where it lives)."""
+
+    def __init__(self, databases: list[tuple[str, Any]], reader: Reader) -> None:
+        self.databases, self.reader = databases, reader
+
+    def collect(self) -> Iterator[Metric]:
+        if len(self.databases) == 1:
+            yield from JobsCollector(self.databases[0][1], self.reader).collect()
+            return
+        merged: dict[str, Metric] = {}
+        for index, (alias, connection) in enumerate(self.databases):
+            for family in JobsCollector(connection, self.reader, outbox=index == 0).collect():
+                into = merged.setdefault(
+                    family.name, Metric(family.name, family.documentation, family.type)
+                )
+                for sample in family.samples:
+                    into.add_sample(sample.name, {**sample.labels, "database": alias}, sample.value)
+        yield from merged.values()
+
+
+def exposition(databases: list[tuple[str, Any]], reader: Reader, accept: str) -> tuple[bytes, str]:
     """The scrape's body and content type (the text format, or OpenMetrics when ``accept``
-    asks for it)."""
+    asks for it), of each ``(alias, connection)`` of ``databases``, ``PGJOBS["DATABASE"]``
+    first."""
     registry = CollectorRegistry()
-    registry.register(JobsCollector(connection, reader))
+    registry.register(EveryDatabaseCollector(databases, reader))
     encoder, content_type = choose_encoder(accept)
     return encoder(registry), content_type

@@ -14,9 +14,47 @@ import inspect
 import json
 from typing import Any, NamedTuple
 
+from django.utils.translation import gettext as _
+
 from . import db, registry
 from .conf import get_config
 from .payload import dump_arguments
+
+#: Replay rates: from one job an hour to ``MAX_REPLAY_RATE`` a second.
+MAX_REPLAY_RATE = 10_000.0
+MIN_REPLAY_RATE = 1 / 3600
+RATE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}  # seconds per unit
+
+
+class Rate(NamedTuple):
+    per_second: float
+    text: str  # as the operator wrote it, tidied: "50/s", "300/m", "1000/h"
+
+
+def parse_rate(text: str) -> Rate:
+    """A staggered replay's rate: ``50`` or ``50/s`` a second, ``300/m`` a minute, ``1000/h``
+    an hour (Celery's ``rate_limit`` syntax); ``ValueError`` saying why not."""
+    number, slash, unit = text.strip().partition("/")
+    unit = unit.strip() if slash else "s"
+    try:
+        count = float(number)
+    except ValueError:
+        count = float("nan")
+    if unit not in RATE_UNITS or count != count:  # NaN: not a number
+        raise ValueError(
+            _(
+                "the rate must be a number of jobs per second, minute or hour (50, 50/s, 300/m, "
+                "1000/h), not %(text)s"
+            )
+            % {"text": repr(text)}
+        )
+    per_second = count / RATE_UNITS[unit]
+    if not MIN_REPLAY_RATE <= per_second <= MAX_REPLAY_RATE:
+        raise ValueError(
+            _("the rate must be more than 0, from 1/h to %(max)s/s, not %(text)s")
+            % {"max": f"{MAX_REPLAY_RATE:g}", "text": repr(text)}
+        )
+    return Rate(per_second, f"{count:g}/{unit}")
 
 
 class EditRefused(ValueError):
@@ -36,10 +74,15 @@ def parse_arguments(args_text: str, kwargs_text: str) -> tuple[list, dict]:
         try:
             value = json.loads(text or ("[]" if kind is list else "{}"))
         except ValueError as error:
-            raise EditRefused(f"{label} is not valid JSON: {error}") from None
+            raise EditRefused(
+                _("%(field)s is not valid JSON: %(error)s") % {"field": label, "error": error}
+            ) from None
         if not isinstance(value, kind):
-            what = "array [...]" if kind is list else "object {...}"
-            raise EditRefused(f"{label} must be a JSON {what}, not {type(value).__name__}")
+            what = _("a JSON array [...]") if kind is list else _("a JSON object {...}")
+            raise EditRefused(
+                _("%(field)s must be %(what)s, not %(type)s")
+                % {"field": label, "what": what, "type": type(value).__name__}
+            )
         values.append(value)
     return values[0], values[1]
 
@@ -50,11 +93,16 @@ def check_arguments(name: str, args: list, kwargs: dict) -> CheckedArguments:
     try:
         definition = registry.get(name)
     except registry.UnknownJobError:
-        raise EditRefused(f"no job is registered as {name!r} in this release") from None
+        raise EditRefused(
+            _("no job is registered as %(name)s in this release") % {"name": repr(name)}
+        ) from None
     try:
         inspect.signature(definition.func).bind(*args, **kwargs)
     except TypeError as error:
-        raise EditRefused(f"arguments do not fit {name}{_signature(definition)}: {error}") from None
+        raise EditRefused(
+            _("arguments do not fit %(call)s: %(error)s")
+            % {"call": f"{name}{_signature(definition)}", "error": error}
+        ) from None
     try:
         args_json, kwargs_json = dump_arguments(args, kwargs, get_config().MAX_PAYLOAD_BYTES)
     except (TypeError, ValueError) as error:

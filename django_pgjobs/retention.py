@@ -1,13 +1,18 @@
-"""Dead-letter retention: ``DEAD_LETTER_MAX_AGE_SECONDS`` and ``DEAD_LETTER_MAX_PER_NAME``.
+"""Retention of dead letters (``DEAD_LETTER_MAX_AGE_SECONDS``, ``DEAD_LETTER_MAX_PER_NAME``)
+and of finished workflows (``KEEP_WORKFLOWS_SECONDS``).
 
-The worker's ``Pruner`` (``worker/maintenance.py``) runs ``prune_dead_letters`` batch after
-batch; each batch is one statement (``sql/queries.sql``: ``prune_dead_letters``) in its own
+The worker's ``Pruner`` (``worker/maintenance.py``) and ``manage.py pgjobs prune`` run
+``prune_dead_letters`` batch after batch (``prune_in_batches``); each batch is one statement (``sql/queries.sql``: ``prune_dead_letters``) in its own
 transaction, behind a transaction-level advisory lock tried inside it, so one worker prunes at a
-time and no lock outlives a batch. See docs/howto/repair.md.
+time and no lock outlives a batch. See docs/howto/repair.md. ``prune_workflows`` deletes finished
+workflows the same way, batch after batch, workers skipping each other's rows (SKIP LOCKED); see
+docs/howto/workflows.md.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import NamedTuple
 
 from . import db
@@ -27,3 +32,78 @@ def prune_dead_letters(
     params = {"max_age": max_age_seconds, "max_per_name": max_per_name, "limit": limit}
     row = db.execute(connection, "prune_dead_letters", params)[0]
     return PrunedDeadLetters(row["held"], row["pruned"])
+
+
+class PruneRun(NamedTuple):
+    pruned: int
+    finished: bool  # False: stopped at ``max_batches``, or while another process was pruning
+
+
+#: Seconds between two tries for the pruning's turn (another process's batch takes ~20 ms).
+TURN_RETRY_SECONDS = 0.05
+
+
+def prune_in_batches(
+    connection: Connection,
+    max_age_seconds: float | None,
+    max_per_name: int | None,
+    batch: int,
+    *,
+    log: logging.Logger,
+    max_batches: int | None = None,
+    wait_seconds: float = 0.0,
+) -> PruneRun:
+    """``prune_dead_letters`` batch after batch until none is left past retention, or
+    ``max_batches`` ran, or another process held the pruning for ``wait_seconds`` in a row
+    (0: stop at once, as a worker does: the one pruning goes on); logs how many were deleted
+    on ``log``."""
+    pruned = batches = 0
+    finished = False
+    waiting_since: float | None = None
+    while max_batches is None or batches < max_batches:
+        result = prune_dead_letters(connection, max_age_seconds, max_per_name, batch)
+        if not result.held:
+            now = time.monotonic()
+            waiting_since = now if waiting_since is None else waiting_since
+            if now - waiting_since >= wait_seconds:
+                break
+            time.sleep(TURN_RETRY_SECONDS)
+            continue
+        waiting_since = None
+        batches += 1
+        pruned += result.pruned
+        if result.pruned < batch:
+            finished = True
+            break
+    if pruned:
+        log.info("pruned %d dead letters past their retention", pruned)
+    return PruneRun(pruned, finished)
+
+
+class PrunedWorkflows(NamedTuple):
+    workflows: int
+    jobs: int  # their steps that never ran (cancelled)
+
+
+#: Most workflows one prune statement deletes (one transaction), and statements per run.
+WORKFLOW_PRUNE_BATCH = 1000
+WORKFLOW_PRUNE_MAX_BATCHES = 100
+
+
+def prune_workflows(
+    connection: Connection,
+    keep_seconds: float,
+    limit: int = WORKFLOW_PRUNE_BATCH,
+    max_batches: int = WORKFLOW_PRUNE_MAX_BATCHES,
+) -> PrunedWorkflows:
+    """Delete the workflows finished more than ``keep_seconds`` ago with nothing left of them
+    but cancelled steps (no job waiting, running or kept as successful, no dead letter), and
+    those steps: batch after batch of ``limit``, at most ``max_batches``."""
+    workflows = jobs = 0
+    for _ in range(max_batches):
+        params = {"keep_seconds": keep_seconds, "limit": limit}
+        row = db.execute(connection, "prune_workflows", params)[0]
+        workflows, jobs = workflows + row["workflows"], jobs + row["jobs"]
+        if row["workflows"] < limit:
+            break
+    return PrunedWorkflows(workflows, jobs)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 
 class Schedule(models.Model):
@@ -13,34 +14,51 @@ class Schedule(models.Model):
     once whichever workers run (``ScheduleFire``). Declared in code (``@job(cron=...)``,
     synced when a worker starts; the code owns its definition) or added in the admin."""
 
-    SOURCES = [("code", "declared in code"), ("admin", "added in the admin")]
+    SOURCES = [("code", _("declared in code")), ("admin", _("added in the admin"))]
 
     id = models.BigAutoField(primary_key=True)
-    name = models.CharField(max_length=255, unique=True)
-    job_name = models.CharField(max_length=255, help_text="Registered name of the job.")
+    name = models.CharField(verbose_name=_("name"), max_length=255, unique=True)
+    job_name = models.CharField(
+        verbose_name=_("job name"), max_length=255, help_text=_("Registered name of the job.")
+    )
     cron = models.CharField(
-        max_length=255, help_text="Five fields (minute hour day month weekday) or @hourly, ..."
+        verbose_name=_("cron"),
+        max_length=255,
+        help_text=_("Five fields (minute hour day month weekday) or @hourly, ..."),
     )
     time_zone = models.CharField(
-        max_length=64, blank=True, default="", help_text="IANA name; empty: the project's."
+        verbose_name=_("time zone"),
+        max_length=64,
+        blank=True,
+        default="",
+        help_text=_("IANA name; empty: the project's."),
     )
-    args = models.JSONField(default=list, blank=True)
-    kwargs = models.JSONField(default=dict, blank=True)
+    args = models.JSONField(verbose_name=_("args"), default=list, blank=True)
+    kwargs = models.JSONField(verbose_name=_("kwargs"), default=dict, blank=True)
     catch_up = models.PositiveSmallIntegerField(
+        verbose_name=_("catch up"),
         default=1,
-        help_text="Fire times missed while no worker ran that still run, most recent first "
-        "(0: skip them).",
+        help_text=_(
+            "Fire times missed while no worker ran that still run, most recent first "
+            "(0: skip them)."
+        ),
     )
-    paused = models.BooleanField(default=False, help_text="A paused schedule fires nothing.")
-    source = models.CharField(max_length=8, choices=SOURCES, default="admin")
+    paused = models.BooleanField(
+        verbose_name=_("paused"), default=False, help_text=_("A paused schedule fires nothing.")
+    )
+    source = models.CharField(
+        verbose_name=_("source"), max_length=8, choices=SOURCES, default="admin"
+    )
     next_fire_at = models.DateTimeField(null=True, blank=True)
     last_fire_at = models.DateTimeField(null=True, blank=True)
     last_job_id = models.BigIntegerField(null=True, blank=True)
     changed_at = models.DateTimeField(
-        default=timezone.now, help_text="Last change of its definition or pause."
+        default=timezone.now, help_text=_("Last change of its definition or pause.")
     )
 
     class Meta:
+        verbose_name = _("schedule")
+        verbose_name_plural = _("schedules")
         db_table = "pgjobs_schedule"
         ordering = ["name"]
         # the scheduler's look: active schedules by next fire time

@@ -33,9 +33,21 @@ def time_zone_of(name: str) -> str:
     return name or timezone.get_default_timezone_name()
 
 
+def instant(moment: dt.datetime) -> dt.datetime:
+    """``moment`` as an aware datetime, which cron's fire times are: a naive one (a project with
+    ``USE_TZ = False``, whose clock and rows are read naive) is in the project's ``TIME_ZONE``,
+    as Django writes and reads them there. Exact in the hour that happens twice when clocks go
+    back: a time read from the database keeps its ``fold``."""
+    if timezone.is_aware(moment):
+        return moment
+    return timezone.make_aware(moment, timezone.get_default_timezone())
+
+
 def first_fire(expression: str, time_zone: str, now: dt.datetime | None = None) -> dt.datetime:
-    """The first fire time after ``now`` of a new or changed schedule."""
-    return cron.next_after(expression, time_zone_of(time_zone), now or timezone.now())
+    """The first fire time after ``now`` (None: the present, taken aware: naive, it would be
+    ambiguous in the hour that happens twice) of a new or changed schedule."""
+    now = instant(now) if now is not None else dt.datetime.now(dt.timezone.utc)
+    return cron.next_after(expression, time_zone_of(time_zone), now)
 
 
 class Due(NamedTuple):
@@ -60,9 +72,9 @@ def due(
     cron_jobs = [name for name in names if name in known and known[name].cron is not None]
     params = {"now": now, "limit": limit, "job_names": names, "cron_jobs": cron_jobs}
     rows = db.execute(connection, "schedules_due", params)
-    first = rows[0]
+    first, next_wake = rows[0], rows[0]["next_wake"]
     schedules = [row for row in rows if row["id"] is not None]
-    return Due(first["db_now"], schedules, first["next_wake"])
+    return Due(instant(first["db_now"]), schedules, next_wake and instant(next_wake))
 
 
 def fire(
@@ -103,13 +115,30 @@ def fire(
 
 def unfit(definition: Any, args: Any, kwargs: Any) -> str | None:
     """Why a schedule's arguments cannot be enqueued for its job (they no longer fit its
-    signature, or its unique key cannot be computed from them); None: they can."""
+    signature, or its unique key cannot be computed from them, or its queue lives on another
+    database than the schedules: they fire on ``PGJOBS["DATABASE"]`` only); None: they can."""
+    if (problem := elsewhere(definition)) is not None:
+        return problem
     try:
         definition.check_arguments(args, kwargs)
         unique_key_of(definition, args, kwargs)
     except (TypeError, ValueError) as error:
         return str(error)
     return None
+
+
+def elsewhere(definition: Any) -> str | None:
+    """Why a schedule cannot fire ``definition``: its queue lives on another database than the
+    schedules (``PGJOBS["QUEUE_DATABASES"]``), whose fire writes the job in its own transaction.
+    None: it can."""
+    queue, config = definition.get_queue(), get_config()
+    alias = config.QUEUE_DATABASES.get(queue, config.DATABASE)
+    if alias == config.DATABASE:
+        return None
+    return (
+        f"its queue {queue!r} lives on the database {alias!r} (PGJOBS['QUEUE_DATABASES']), and "
+        f"schedules fire their jobs on PGJOBS['DATABASE'] ({config.DATABASE!r}) only"
+    )
 
 
 SKIPPED = 0  # fire(): the job was not enqueued, one holding its unique key is in flight

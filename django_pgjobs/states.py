@@ -16,9 +16,10 @@ Stored in ``pgjobs_job.status`` (the names follow ``django.tasks.TaskResultStatu
     A step of a workflow waiting for the step before it (``docs/howto/workflows.md``): never
     claimed; the statement that completes the last job of the step before makes it ``ready``.
 ``cancelled``
-    A step of a workflow that will not run: a step before it was dead-lettered, or the
-    workflow was aborted (the workflow's ``reason`` says which). Requeueing the dead letter
-    makes it ``blocked`` (or ``ready``) again.
+    A step of a workflow that will not run: an operator cancelled it (Cancel job, ``abort()``,
+    ``purge``), a step before it was dead-lettered or cancelled, or the workflow was aborted (the
+    workflow's ``reason`` says which). Requeueing a dead letter of the workflow makes it
+    ``blocked`` (or ``ready``) again; pruned with its workflow.
 
 A job that fails its last attempt, names no registered job, or carries arguments that do not fit
 its function leaves ``pgjobs_job`` and becomes a row of ``pgjobs_deadletter`` (``failed`` in
@@ -37,21 +38,38 @@ The admin and the docs split ``ready`` jobs into three views, derived from the r
 from __future__ import annotations
 
 from django.db import models
+from django.utils.functional import Promise
+from django.utils.translation import gettext_lazy as _
 
 
 class Status(models.TextChoices):
-    READY = "ready", "ready"
-    RUNNING = "running", "running"
-    SUCCESSFUL = "successful", "successful"
-    BLOCKED = "blocked", "blocked"
-    CANCELLED = "cancelled", "cancelled"
+    READY = "ready", _("ready")
+    RUNNING = "running", _("running")
+    SUCCESSFUL = "successful", _("successful")
+    BLOCKED = "blocked", _("blocked")
+    CANCELLED = "cancelled", _("cancelled")
 
 
 class View(models.TextChoices):
     """Operator-facing subdivision of the stored statuses (see the module docstring)."""
 
-    DUE = "due", "due"
-    SCHEDULED = "scheduled", "scheduled"
-    RETRYING = "retrying", "retrying"
-    RUNNING = "running", "running"
-    SUCCESSFUL = "successful", "successful"
+    DUE = "due", _("due")
+    SCHEDULED = "scheduled", _("scheduled")
+    RETRYING = "retrying", _("retrying")
+    RUNNING = "running", _("running")
+    SUCCESSFUL = "successful", _("successful")
+
+
+#: The views' names as the admin shows them, "dead" and the stored statuses too (translated).
+_LABELS: dict[str, str | Promise] = {
+    **dict(Status.choices),
+    **dict(View.choices),
+    "dead": _("dead"),
+    "dead-lettered": _("dead-lettered"),
+}
+
+
+def view_label(value: str) -> str | Promise:
+    """The name of a view or status (``due``, ``running``...) in the current language; an
+    unknown value as it is."""
+    return _LABELS.get(value, value)

@@ -1,24 +1,28 @@
 """The two read-only endpoints of ``include("django_pgjobs.urls")``: ``metrics`` and
-``health``. Who may read them: ``access``; what they say: ``prometheus`` and ``health``."""
+``health``. Who may read them: ``access``; what they say: ``prometheus`` and ``health``.
+
+Both are outside ``ATOMIC_REQUESTS``: its transaction opens before the view runs, so with the
+database away they would answer Django's 500 instead of their 503; they only read."""
 
 from __future__ import annotations
 
 import time
 
-from django.db import DatabaseError
+from django.db import DatabaseError, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
 from . import access
-from .conf import get_config
+from .conf import get_config, job_databases
 from .db import jobs_connection
-from .health import check_health
+from .health import check_every_database
 
 MISSING_CLIENT = "pgjobs/metrics needs prometheus_client: pip install 'django-pgjobs[prometheus]'\n"
 
 
 @never_cache
+@transaction.non_atomic_requests
 @require_safe
 def metrics(request: HttpRequest) -> HttpResponse:
     try:
@@ -31,7 +35,9 @@ def metrics(request: HttpRequest) -> HttpResponse:
         return HttpResponse(MISSING_CLIENT, status=501, content_type="text/plain; charset=utf-8")
     try:
         body, content_type = exposition(
-            jobs_connection(), reader, request.META.get("HTTP_ACCEPT", "")
+            [(alias, jobs_connection(alias)) for alias in job_databases()],
+            reader,
+            request.META.get("HTTP_ACCEPT", ""),
         )
     except DatabaseError as error:  # as health says it: 503, not a server error per scrape
         message = f"pgjobs/metrics: the jobs database is unavailable ({type(error).__name__})\n"
@@ -40,6 +46,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
 
 
 @never_cache
+@transaction.non_atomic_requests
 @require_safe
 def health(request: HttpRequest) -> HttpResponse:
     config = get_config()
@@ -52,7 +59,7 @@ def health(request: HttpRequest) -> HttpResponse:
         details = False
     result = _public_result(config) if not details else None
     if result is None:
-        result = check_health(jobs_connection(), config.HEALTH_MAX_DUE_AGE_SECONDS)
+        result = check_every_database(config.HEALTH_MAX_DUE_AGE_SECONDS)
         if not details:
             _public_cache[:] = [time.monotonic(), result]
     return JsonResponse(result.body(details), status=200 if result.ok else 503)

@@ -17,7 +17,9 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from . import db, operations
+from django.db import transaction
+
+from . import db, operations, routing
 from .calls import CallOptions
 from .conf import get_config
 from .context import current_job
@@ -148,7 +150,7 @@ def _enqueue(workflow: Chain):
     from .models import Workflow
 
     columns, sizes = _rows(workflow)
-    connection = db.jobs_connection()
+    connection = routing.one_database(columns["queues"], f"the workflow {_name(workflow)!r}")
     listen = get_config().LISTEN_NOTIFY
     after_commit = listen and wakes_after_commit(connection)
     params = {
@@ -185,7 +187,8 @@ def previous_results(*, using: str | None = None) -> Any:
     job = current_job()
     if job is None:
         raise LookupError("previous_results() is called inside a job")
-    rows = db.execute(db.jobs_connection(using), "workflow_previous_results", {"id": job.id})
+    connection = db.jobs_connection(using or job.database or None)
+    rows = db.execute(connection, "workflow_previous_results", {"id": job.id})
     if not rows or rows[0]["step"] is None:
         raise LookupError(f"job #{job.id} is not a step after the first of a workflow")
     results = rows[0]["result"] or []
@@ -195,16 +198,22 @@ def previous_results(*, using: str | None = None) -> Any:
 def abort_workflow(
     workflow_id: int, *, using: str | None = None, requested_by: str = "abort_workflow()"
 ) -> dict[str, Any]:
-    """Abort a workflow: its waiting jobs are cancelled, its running ones have their abort
-    requested (``django_pgjobs.abort``). Returns ``aborted`` (False: it had already finished),
-    ``cancelled`` (how many jobs) and ``requested`` (the running jobs' ids)."""
+    """Abort a workflow: its waiting jobs are cancelled, its running ones (held ones included:
+    they never start) have their abort requested (``django_pgjobs.abort``). Returns ``aborted``
+    (False: it had already finished), ``cancelled`` (how many jobs) and ``requested`` (the
+    running jobs' ids)."""
     connection = db.jobs_connection(using)
-    (row,) = db.execute(
-        connection, "abort_workflow", {"id": workflow_id, "requested_by": requested_by[:200]}
-    )
-    requested: list[int] = []
-    if row["running"]:
-        requested, _ = operations.abort_jobs(
-            connection, row["running"], requested_by=requested_by, cancel_waiting=False
+    requested_by = requested_by[:200]
+    with transaction.atomic(using=connection.alias):
+        (row,) = db.execute(
+            connection, "abort_workflow", {"id": workflow_id, "requested_by": requested_by}
         )
-    return {"aborted": row["aborted"], "cancelled": row["cancelled"], "requested": requested}
+        if not row["aborted"]:
+            return {"aborted": False, "cancelled": row["cancelled"], "requested": []}
+        # a statement of its own: it sees the jobs claimed while the abort waited for their rows
+        running = db.ids_of(db.execute(connection, "workflow_running_jobs", {"id": workflow_id}))
+        # cancel_waiting: a running step that failed meanwhile is waiting for its retry
+        requested, cancelled = operations.abort_jobs(
+            connection, running, requested_by=requested_by, cancel_waiting=True
+        )
+    return {"aborted": True, "cancelled": row["cancelled"] + len(cancelled), "requested": requested}

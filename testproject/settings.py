@@ -56,6 +56,9 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # The admin in the language the browser asks for (Accept-Language), among LANGUAGES: the
+    # pgjobs pages ship a German catalogue (docs/reference/admin.md, "Languages").
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -93,11 +96,24 @@ JOBS_ALIAS = os.environ.get("PGJOBS_TEST_JOBS_ALIAS", "default")
 if JOBS_ALIAS != "default":
     DATABASES[JOBS_ALIAS] = {**DATABASES["default"], "TEST": {"MIRROR": "default"}}
 
+# A second jobs database (docs/howto/databases.md): the tests of queues on two databases
+# (tests/test_databases.py) route the queue "heavy" there. Its test database is created only
+# for the tests that list it in their ``databases``, with the jobs tables alone.
+DATABASES["jobs2"] = {
+    **DATABASES["default"],
+    "NAME": os.environ.get("PGJOBS_TEST_JOBS2_DATABASE") or f"{DATABASES['default']['NAME']}_jobs2",
+    "TEST": {"NAME": None},
+}
+DATABASE_ROUTERS = ["testproject.routers.JobsRouter"]
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # The tests of projects without time zone support run with DJANGO_USE_TZ=0 (and another zone).
 USE_TZ = os.environ.get("DJANGO_USE_TZ", "1") == "1"
 TIME_ZONE = os.environ.get("DJANGO_TIME_ZONE", "UTC")
 STATIC_URL = "static/"
+# English by default; German when the browser asks for it (LocaleMiddleware above).
+LANGUAGE_CODE = "en-us"
+LANGUAGES = [("en", "English"), ("de", "Deutsch")]
 # The jobs of the demo and of the how-to examples send mail: kept in memory, never sent.
 # (Django 6.1 configures mail with MAILERS and deprecates EMAIL_BACKEND.)
 if django.VERSION >= (6, 1):
@@ -107,6 +123,11 @@ else:
 
 PGJOBS = {
     "DATABASE": JOBS_ALIAS,
+    # "heavy=jobs2": the queues on a second database, for the worker processes of the tests
+    # that route them (tests/test_databases.py); the others run with every queue on one.
+    "QUEUE_DATABASES": dict(
+        pair.split("=", 1) for pair in os.environ.get("PGJOBS_TEST_QUEUE_DATABASES", "").split()
+    ),
     # Short leases so the crash tests see rescues within seconds; production keeps the defaults.
     "LEASE_SECONDS": float(os.environ.get("PGJOBS_LEASE_SECONDS", "60")),
     "HEARTBEAT_SECONDS": float(os.environ.get("PGJOBS_HEARTBEAT_SECONDS", "10")),
@@ -143,10 +164,20 @@ PGJOBS = {
         "testproject.handlers.workflows",
         # and of docs/howto/flow-control.md
         "testproject.handlers.flow",
+        # and of docs/howto/databases.md
+        "testproject.handlers.databases",
         # tests of start-up imports add their own (tests/test_task_imports.py)
         *os.environ.get("PGJOBS_TEST_JOB_MODULES", "").split(),
     ],
 }
+
+# Retention for the tests run as processes (tests/test_repair_command.py): successful jobs kept
+# to read their start times, dead letters pruned by `manage.py pgjobs prune`. None by default.
+for _setting in ("KEEP_SUCCEEDED_SECONDS", "DEAD_LETTER_MAX_AGE_SECONDS"):
+    if os.environ.get("PGJOBS_" + _setting):
+        PGJOBS[_setting] = float(os.environ["PGJOBS_" + _setting])
+if os.environ.get("PGJOBS_DEAD_LETTER_MAX_PER_NAME"):
+    PGJOBS["DEAD_LETTER_MAX_PER_NAME"] = int(os.environ["PGJOBS_DEAD_LETTER_MAX_PER_NAME"])
 
 # The tests run behind PgBouncer in transaction mode (tests/pgbouncer_support.py) use the
 # settings docs/howto/deploy.md#pgbouncer gives for it (PgBouncer before 1.21).

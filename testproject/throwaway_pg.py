@@ -38,6 +38,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import psycopg
+
 ENV_URL = "DATABASE_URL"
 ENV_DATA = "PGJOBS_TEST_PGDATA"
 ENV_BIN = "PGJOBS_PG_BIN"
@@ -253,6 +255,10 @@ def start() -> str:
     atexit.register(stop)
     _start_watched(data)
     url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    # the second jobs database of testproject/settings.py (docs/howto/databases.md), so that
+    # commands that look at every alias (makemigrations, check --database) find it
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute('CREATE DATABASE "postgres_jobs2"')
     os.environ[ENV_URL] = url
     return url
 

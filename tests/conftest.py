@@ -27,6 +27,7 @@ import pytest
 from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
+from django.utils import translation
 from helpers import (
     WorkerProcess,
     command_starter,
@@ -103,6 +104,15 @@ def pytest_runtest_protocol(item, nextitem):
         if not alone:
             fcntl.flock(gate, fcntl.LOCK_UN)
         return (yield)  # the locks go with the files
+
+
+@pytest.fixture(autouse=True)
+def _english_after_each_test():
+    """A request with a German ``Accept-Language`` leaves German active in its thread
+    (``LocaleMiddleware`` activates it and nothing deactivates it), and the next test of the same
+    process would print ``manage.py pgjobs``' messages in German: back to ``LANGUAGE_CODE``."""
+    yield
+    translation.deactivate()
 
 
 @pytest.fixture

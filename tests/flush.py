@@ -43,8 +43,10 @@ def empty_the_tables_written_to(case: TransactionTestCase) -> None:
         tables = connection.introspection.django_table_names(
             only_existing=True, include_views=False
         )
+        # a database holding the jobs tables alone (testproject/routers.py) keeps nothing
+        keeps = all(table in tables for table in KEPT)
         with connection.cursor() as cursor:
-            if kept_state.get(alias) != signature(cursor):
+            if keeps and kept_state.get(alias) != signature(cursor):
                 call_django_flush(alias)
                 kept_state[alias] = signature(cursor)
                 continue

@@ -172,6 +172,18 @@ def wait_for_leases_to_expire(timeout: float = 30) -> None:
     )
 
 
+def waiting_on_a_lock() -> bool:
+    """One statement of this test's database waits for a lock (a row another holds)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock'"
+        )
+        return cursor.fetchone()[0] == 1
+
+
 def wait_until_listening(timeout: float = 60) -> None:
     """A worker of this test's database is in LISTEN (its listener's last statement): what is
     notified from now on reaches it, not only its next heartbeat."""

@@ -28,3 +28,10 @@ def test_every_action_of_the_table_is_a_changelist_action(model, table):
         func, description = generated[name]
         assert description == action.description
         assert func.allowed_permissions == [action.permission]
+
+
+@pytest.mark.parametrize("table", [JOB_ACTIONS, DEAD_LETTER_ACTIONS])
+def test_every_action_that_asks_first_says_why_and_labels_its_yes(table):
+    for action in table.values():
+        if action.confirm:
+            assert action.consequence and str(action.yes).startswith("Yes, "), action.name

@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 from admin_data import dead_letter, job, said
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -238,3 +239,14 @@ def test_mutations_need_the_csrf_token(superuser):
     assert DeadLetter.objects.filter(pk=dead.pk).exists()
     assert Job.objects.get(pk=scheduled.pk).view == "scheduled"
     assert not QueueState.objects.exists()
+
+
+def test_a_queue_with_only_running_jobs_is_listed_and_filtered(admin_client):
+    """Running rows are not in pgjobs_job_queue_idx: the queue names and the admin's list of one
+    queue find them through the lease index."""
+    running = job(queue="busy", status="running", attempts=1, lease_expires_at=later(minutes=1))
+    job(queue="idle", run_after=later(hours=1))
+    assert operations.queue_names(connection) == ["busy", "idle"]
+    response = admin_client.get(JOBS + "?queue=busy")
+    assert list(response.context["cl"].result_list) == [running]
+    assert response.context["cl"].result_count == 1

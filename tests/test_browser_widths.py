@@ -75,3 +75,22 @@ def test_pages_fit_at_1280_and_1920_px(live_server, browser_page, django_user_mo
             if sidebar == "sidebar-closed":
                 screenshot(page, f"{name}-{width}-{DJANGO_LINE}.png", full_page=True)
     assert not problems, "\n".join(problems)
+
+
+def test_german_pages_fit_at_1280_px(live_server, browser_page, django_user_model):
+    """German words are longer than English ones ("Reservierungen" for "leases"): the pages
+    still fit the narrowest screen, the navigation sidebar open, for a German browser."""
+    rows = seed()
+    django_user_model.objects.create_superuser("operator", "op@example.com", PASSWORD)
+    page = browser_page
+    page.set_extra_http_headers({"Accept-Language": "de-DE,de;q=0.9"})
+    log_in(page, live_server.url, "/admin/")
+    page.evaluate("localStorage.setItem('django.admin.navSidebarIsOpen', 'true')")
+    page.set_viewport_size({"width": 1280, "height": 900})
+    problems = []
+    for name, path in pages(rows).items():
+        page.goto(live_server.url + path)
+        assert page.evaluate("document.documentElement.lang") == "de"
+        problems += [f"{name}: {overflow}" for overflow in page.evaluate(OVERFLOWS)]
+        screenshot(page, f"{name}-1280-de-{DJANGO_LINE}.png", full_page=True)
+    assert not problems, "\n".join(problems)

@@ -79,7 +79,7 @@ WRONG_TYPE = {
     "float | None": "1",
     "int | None": "1",
     "tuple[str, ...]": "a,b",
-    "dict[str, str]": "emails=20/s",
+    "dict[str, str]": ["a", "b"],
 }
 
 

@@ -148,9 +148,10 @@ def test_unreachable_database_backs_off_and_the_grace_is_honoured(start_worker, 
     worker.signal(signal.SIGTERM)
     started = time.monotonic()
     assert worker.wait(10) == 0, worker.output()
-    # the grace, not the job's 60 s: 3 s on top for the interpreter's exit on a loaded machine
-    # (once 2.03 s under a full parallel suite)
-    assert time.monotonic() - started <= 2.0 + 3.0, worker.output()
+    # the grace, not the job's 60 s: 6 s on top for the interpreter's exit on a loaded machine
+    # (2.03 s under a full parallel suite once, 2.8 s under four test processes at a load
+    # average of 7)
+    assert time.monotonic() - started <= 2.0 + 6.0, worker.output()
     output = worker.output()
     # back-off 0.5, 1, 2 s...: one line per wait, never a line per loop
     assert output.count("database unavailable") <= 8, output

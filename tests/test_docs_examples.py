@@ -32,6 +32,7 @@ PAGES = [
     "docs/howto/developing.md",
     "docs/howto/workflows.md",
     "docs/howto/flow-control.md",
+    "docs/howto/databases.md",
 ]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 NAMED = re.compile(r"#\s*((?:testproject|tests)/\S+\.py)\s*\n")

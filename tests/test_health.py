@@ -146,3 +146,29 @@ def test_the_token_reads_the_details(client):
         response = client.get(URL, HTTP_AUTHORIZATION=f"Bearer {token}")
     assert response.status_code == 503
     assert json.loads(response.content)["queues_without_worker"] == ["q1"]
+
+
+def test_with_atomic_requests_a_database_that_does_not_answer_is_503_not_a_server_error(
+    client, monkeypatch
+):
+    """``ATOMIC_REQUESTS = True`` wraps every view in a transaction, whose opening needs the
+    database: health and metrics answered Django's 500 page when it was away."""
+    token = "a-health-token-0123456789-abcdef"
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]  # nothing listens there once closed
+    connection.close()
+    monkeypatch.setitem(connection.settings_dict, "ATOMIC_REQUESTS", True)
+    monkeypatch.setitem(connection.settings_dict, "PORT", str(port))
+    try:
+        with pgjobs_settings(METRICS_TOKEN=token):
+            client.raise_request_exception = False
+            bearer = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+            response = client.get(URL, **bearer)
+            metrics = client.get("/pgjobs/metrics", **bearer)
+    finally:
+        connection.close()
+    assert response.status_code == 503, response.content[:300]
+    assert json.loads(response.content)["checks"]["database"] == "failing"
+    assert metrics.status_code == 503, metrics.content[:300]
+    assert b"the jobs database is unavailable" in metrics.content

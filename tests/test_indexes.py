@@ -12,7 +12,7 @@ import pytest
 from django.db import connection, models
 from django.utils import timezone
 
-from django_pgjobs import sql
+from django_pgjobs import operations, sql
 from django_pgjobs.models import DeadLetter, FlowKey, Job, QueueStat
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -26,9 +26,20 @@ EXPECTED_USERS = {
     "pgjobs_job_flow_running_idx": {"claim_jobs_flow"},
     "pgjobs_flow_key_served_idx": {"claim_jobs_flow"},
     "pgjobs_flow_key_ready_idx": {"claim_jobs_flow"},
-    "pgjobs_job_lease_idx": {"rescue_expired", "running_jobs_by_queue"},
+    # and the running half of the queue lists (pgjobs_job_queue_idx leaves running rows out)
+    "pgjobs_job_lease_idx": {
+        "rescue_expired",
+        "running_jobs_by_queue",
+        "job_queue_names",
+        "admin: jobs of one queue",
+    },
     "pgjobs_job_finished_idx": {"prune_succeeded"},
-    "pgjobs_job_queue_status_idx": {"job_queue_names", "admin: jobs of one queue"},
+    "pgjobs_job_queue_idx": {
+        "job_queue_names",
+        "admin: jobs of one queue",
+        "due_jobs_in_queue",
+        "scheduled_jobs_in_queue",
+    },
     "pgjobs_job_retrying_idx": {"retrying_jobs_in_queue"},
     "pgjobs_job_unique_key_in_flight": {
         "find_in_flight_by_unique_key",
@@ -52,12 +63,22 @@ EXPECTED_USERS = {
         "requeue_dead_letters",
         "abort_workflow",
         "workflow_previous_results",
+        "workflow_running_jobs",
+        "prune_workflows",
+        "cancel_jobs",
+        "abort_jobs",
     },
     "pgjobs_dl_failed_idx": {"admin: dead letters", "prune_dead_letters"},
     "pgjobs_dl_type_idx": {"dead_letter_error_types"},
     "pgjobs_dl_name_idx": {"dead_letter_names", "prune_dead_letters"},
     "pgjobs_dl_queue_idx": {"dead_letters_by_queue", "job_queue_names"},
     "pgjobs_dl_job_idx": {"find_job_result"},
+    # a workflow's dead-lettered steps: its resume waits for the last, its prune for none left
+    "pgjobs_dl_workflow_idx": {
+        "requeue_dead_letters",
+        "requeue_edited_dead_letter",
+        "prune_workflows",
+    },
     "pgjobs_stat_minute_idx": {"prune_queue_stats", "queue_stats_since"},
     "pgjobs_stat_queue_minute": {"record_queue_stats"},
 }
@@ -154,6 +175,7 @@ def params_for(name: str) -> dict:
         "ago": [0.0] * 3,
         "version": 1,
         "spacing": 0.02,
+        "previous_due": None,
         "action": "requeue",
         "by": "admin user 'root'",
         "max_age": 7 * 24 * 3600.0,
@@ -253,9 +275,7 @@ def plans() -> dict[str, str]:
             cursor.execute("EXPLAIN " + text, params_for(name))
             found[name] = "\n".join(row[0] for row in cursor.fetchall())
     order = ("-priority", "run_after", "id")
-    found["admin: jobs of one queue"] = (
-        Job.objects.filter(queue="q3").order_by(*order)[:50].explain()
-    )
+    found["admin: jobs of one queue"] = Job.objects.in_queue("q3").order_by(*order)[:50].explain()
     found["admin: dead letters"] = DeadLetter.objects.order_by("-failed_at", "-id")[:50].explain()
     return found
 
@@ -273,3 +293,41 @@ def test_every_declared_index_is_used_by_the_statements_it_is_for():
     for index, expected in EXPECTED_USERS.items():
         users = {name for name, plan in by_statement.items() if re.search(rf"\b{index}\b", plan)}
         assert expected <= users, (index, users)
+
+
+def indexes_holding(job_id: int) -> set[str]:
+    """The indexes of pgjobs_job whose predicate the row ``job_id`` matches: those an INSERT or a
+    non-HOT UPDATE writing this row version adds an entry to."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexrelid::regclass::text, pg_get_expr(indpred, indrelid) FROM pg_index "
+            "WHERE indrelid = 'pgjobs_job'::regclass"
+        )
+        found = set()
+        for index, predicate in cursor.fetchall():
+            # the predicate is the catalog's own text, not input
+            cursor.execute(
+                f"SELECT EXISTS (SELECT FROM pgjobs_job WHERE id = %s AND ({predicate or 'true'}))",
+                [job_id],
+            )
+            if cursor.fetchone()[0]:
+                found.add(index)
+        return found
+
+
+def test_enqueue_writes_three_index_entries_and_the_claim_two():
+    """A job without a unique key or workflow: the enqueue writes the primary key, the claim
+    index and the queue index; the claim (not HOT: it changes ``status``) writes only the
+    primary key and the lease index, the entries no claim can do without."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql.query("enqueue_job"), params_for("enqueue_job") | {"unique_key": None})
+        job_id = cursor.fetchone()[0]
+    assert indexes_holding(job_id) == {
+        "pgjobs_job_pkey",
+        "pgjobs_job_claim_idx",
+        "pgjobs_job_queue_idx",
+    }
+    claims = operations.ClaimBuilder(worker="w", queues=None, lease_seconds=60)
+    claimed = operations.complete(connection, claim=claims.take(10)).claimed
+    assert [job.id for job in claimed] == [job_id]
+    assert indexes_holding(job_id) == {"pgjobs_job_pkey", "pgjobs_job_lease_idx"}

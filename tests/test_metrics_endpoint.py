@@ -190,7 +190,7 @@ def test_the_database_away_is_503_as_for_health(admin_client, monkeypatch):
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]  # nothing listens there once closed
     away = DatabaseWrapper({**connection.settings_dict, "HOST": "127.0.0.1", "PORT": port})
-    monkeypatch.setattr("django_pgjobs.views.jobs_connection", lambda: away)
+    monkeypatch.setattr("django_pgjobs.views.jobs_connection", lambda alias=None: away)
     try:
         response = admin_client.get(URL)
     finally:

@@ -208,3 +208,77 @@ def test_runjobs_with_naive_times_runs_due_jobs_only_retries_and_the_admin_shows
 def test_run_after_without_a_zone_is_still_refused_with_use_tz():
     with pytest.raises(ValueError, match="timezone-aware"):
         demo.record.using(run_after=datetime.now())
+
+
+def test_runjobs_with_naive_times_writes_and_fires_schedules_in_the_project_zone(
+    naive_time, start_worker, other_connection
+):
+    """A project with ``USE_TZ = False`` and a recurring job: the worker's scheduler compared the
+    naive times of its clock and rows with the aware fire times of cron and died at start."""
+    from django_pgjobs.models import Schedule, ScheduleFire
+
+    due = Schedule.objects.create(
+        name="every minute, naive",
+        job_name=demo.record.name,
+        cron="* * * * *",
+        args=["naive fire"],
+        next_fire_at=timezone.now().replace(second=0, microsecond=0),  # on time, or caught up
+    )
+    env = {**NAIVE_ENV, "PGJOBS_TEST_JOB_MODULES": "testproject.demo.recurring"}
+    worker = start_worker(env=env)
+    fired = Execution.objects.filter(label="naive fire")
+    wait_until(lambda: worker.popen.poll() is not None or fired.exists(), 30)
+    assert worker.popen.poll() is None, worker.output()  # it died at start
+    fire = ScheduleFire.objects.get(schedule=due)
+    assert stored_instant(other_connection, "pgjobs_schedule_fire", "fire_time", fire.pk) == (
+        as_instant(due.next_fire_at)
+    )
+    daily = Schedule.objects.get(name__endswith="daily_in_paris")  # declared: Paris midnight
+    paris = stored_instant(other_connection, "pgjobs_schedule", "next_fire_at", daily.pk)
+    local = paris.astimezone(zoneinfo.ZoneInfo("Europe/Paris"))
+    assert (local.hour, local.minute) == (0, 0) and paris > datetime.now(dt_timezone.utc)
+    minute = Schedule.objects.get(name__endswith="recurring.every_minute")  # the project's zone
+    # the next minute, or the one just passed if the test crossed a minute since: never hours off
+    assert timezone.is_naive(minute.next_fire_at) and minute.next_fire_at.second == 0
+    assert abs(minute.next_fire_at - timezone.now()) <= timedelta(minutes=1)
+    worker.signal(15)
+    assert worker.wait(30) == 0, worker.output()
+
+
+def test_an_operator_adds_and_resumes_a_schedule_with_naive_times(naive_time, admin_client):
+    from django_pgjobs.models import Schedule
+
+    data = {"name": "nightly", "job_name": demo.record.name, "cron": "30 2 * * *"}
+    data.update({"time_zone": "", "args": '["n"]', "kwargs": "{}", "catch_up": "1"})
+    response = admin_client.post("/admin/django_pgjobs/schedule/add/", data)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    row = Schedule.objects.get(name="nightly")
+    assert timezone.is_naive(row.next_fire_at)
+    assert (row.next_fire_at.hour, row.next_fire_at.minute) == (2, 30)  # in the project's zone
+    Schedule.objects.filter(pk=row.pk).update(paused=True)
+    response = admin_client.post(
+        "/admin/django_pgjobs/schedule/", {"action": "resume", "_selected_action": [row.pk]}
+    )
+    assert response.status_code == 302
+    assert admin_client.get(f"/admin/django_pgjobs/schedule/{row.pk}/change/").status_code == 200
+    assert admin_client.get("/admin/django_pgjobs/schedule/").status_code == 200
+
+
+def test_an_every_half_hour_schedule_runs_in_both_passes_of_the_repeated_hour(
+    naive_time, other_connection
+):
+    """Clocks go back in Santiago on 5 April 2026 (00:00 -03 -> 23:00 -04): the hour from 23:00
+    happens twice. The scheduler's clock and rows are read naive; each fire time still runs once,
+    30 real minutes apart, in both passes."""
+    from test_scheduler import Clock, minutes, run_until, schedule, scheduler
+
+    first = datetime(2026, 4, 5, 1, 50, tzinfo=dt_timezone.utc)  # 22:50 in Santiago
+    row = schedule("*/30 * * * *", first)  # in the project's zone
+    clock = Clock(first)
+    start = first + timedelta(minutes=10)
+    run_until(scheduler(clock), clock, start + timedelta(hours=3))
+    other_connection.execute("SET TIME ZONE 'UTC'")
+    fired = other_connection.execute(
+        "SELECT fire_time FROM pgjobs_schedule_fire WHERE schedule_id = %s ORDER BY 1", [row.pk]
+    ).fetchall()
+    assert [moment for (moment,) in fired] == minutes(start, 7, 30)

@@ -203,13 +203,27 @@ def test_requeue_is_atomic_and_concurrent_requeues_make_one_job():
     statement = query("requeue_dead_letters")
     with psycopg.connect(url) as first, psycopg.connect(url) as second:
         made_first = first.execute(
-            statement, {"ids": [dead_id], "spacing": 0, "requested_by": None, "action": ""}
+            statement,
+            {
+                "ids": [dead_id],
+                "spacing": 0,
+                "previous_due": None,
+                "requested_by": None,
+                "action": "",
+            },
         ).fetchall()
         results = []
         waiter = threading.Thread(
             target=lambda: results.append(
                 second.execute(
-                    statement, {"ids": [dead_id], "spacing": 0, "requested_by": None, "action": ""}
+                    statement,
+                    {
+                        "ids": [dead_id],
+                        "spacing": 0,
+                        "previous_due": None,
+                        "requested_by": None,
+                        "action": "",
+                    },
                 ).fetchall()
             )
         )

@@ -258,3 +258,20 @@ def test_the_outbox_publisher_setting_is_checked(publisher, problem):
         if problem:
             assert problem in errors[0].msg
             assert "pgjobs.E005" in [e.id for e in run_checks()]
+
+
+@pytest.mark.parametrize(
+    ("publisher", "problem"),
+    [
+        ("nonsense", "doesn't look like a module path"),
+        ("testproject.no_such_module.publish", "No module named"),
+        ("django_pgjobs.conf.MIN_TOKEN_CHARS", "neither a broker URL"),
+    ],
+)
+def test_pgjobs_relay_refuses_a_publisher_it_cannot_build_with_a_command_error(publisher, problem):
+    """``--publisher`` is not the setting the system check reads: a typo was a traceback."""
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match="--publisher") as refused:
+        call_command("pgjobs_relay", "--publisher", publisher, "--burst")
+    assert problem in str(refused.value)

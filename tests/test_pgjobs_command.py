@@ -204,6 +204,7 @@ def test_prune_deletes_successful_jobs_past_their_retention():
         (("delete", "99999"), "no dead letter with id #99999"),
         (("purge", "99999"), "no job with id #99999"),
         (("list", "--error-type", "X"), "--error-type filters dead letters"),
+        (("list", "--older-than", "1h"), "--older-than filters dead letters"),
     ],
 )
 def test_bad_input_is_refused_and_changes_nothing(args, error):

@@ -9,7 +9,7 @@ from admin_data import make_user
 from django.test import Client
 from django.urls import reverse
 
-from django_pgjobs import chain, group
+from django_pgjobs import abort, chain, group
 from django_pgjobs.models import Job, Workflow
 from django_pgjobs.workflows import abort_workflow
 from testproject.handlers import workflows as wf
@@ -73,3 +73,14 @@ def test_aborting_a_workflow_asks_its_running_steps_to_stop_and_cancels_the_rest
     assert Job.objects.get(pk=workflow.job_ids[0]).abort_requested_by == "a test"
     assert sorted(statuses.values()) == ["cancelled"] * 4 + ["running"]
     assert abort_workflow(workflow.pk)["aborted"] is False  # once
+
+
+def test_a_workflow_ended_by_a_cancelled_member_can_still_be_aborted_whole():
+    saved = chain(group(wf.charge.s(i) for i in range(3)), wf.email.s(1)).enqueue()
+    abort(saved.job_ids[0], requested_by="a test")  # the others run on
+    client = login(make_user("operator", perms=("view_workflow", "change_workflow")))
+    page = reverse("admin:django_pgjobs_workflow_change", args=[saved.pk])
+    assert ">Abort workflow<" in client.get(page).content.decode()
+    client.post(reverse("admin:django_pgjobs_workflow_abort", args=[saved.pk]))
+    assert sorted(Job.objects.values_list("status", flat=True)) == ["cancelled"] * 4
+    assert ">Abort workflow<" not in client.get(page).content.decode()  # nothing left to stop

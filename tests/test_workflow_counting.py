@@ -10,7 +10,7 @@ import uuid
 import psycopg
 import pytest
 from django.db import connection
-from helpers import database_url_for_tests, wait_until
+from helpers import database_url_for_tests, wait_until, waiting_on_a_lock
 
 from django_pgjobs import chain, group, operations
 from django_pgjobs.models import DeadLetter, Job, Workflow
@@ -28,15 +28,6 @@ def claim_all() -> list[operations.ClaimedJob]:
 def ack(conn: psycopg.Connection, job: operations.ClaimedJob) -> list:
     params = {"ids": [job.id], "tokens": [job.claim_token]}
     return conn.execute(query("complete_workflow_jobs"), params).fetchall()
-
-
-def waiting_on_a_lock() -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND wait_event_type = 'Lock'"
-        )
-        return cursor.fetchone()[0] == 1
 
 
 def test_two_members_acknowledged_at_once_release_the_next_step_once():

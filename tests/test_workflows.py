@@ -11,8 +11,9 @@ from django.db import transaction
 from helpers import FAST_LEASES, wait_until
 
 from django_pgjobs import chain, db, group
-from django_pgjobs.models import DeadLetter, Job, Workflow
+from django_pgjobs.models import DeadLetter, Job, QueueState, Workflow
 from django_pgjobs.operations import requeue_dead_letters
+from django_pgjobs.repair import requeue_edited
 from testproject.demo.models import Counter, Execution
 from testproject.handlers import workflows as wf
 
@@ -140,3 +141,20 @@ def test_10000_members_are_enqueued_in_one_statement_and_the_callback_runs_once(
     drained = time.monotonic() - started - enqueued
     assert labels_in_order() == ["email-0"]
     print(f"10,000-member group: enqueued in {enqueued:.2f}s, drained in {drained:.2f}s")
+
+
+def test_an_edited_middle_step_requeued_from_its_dead_letter_completes_the_chain(start_worker):
+    workflow = place_order(7)
+    start_worker(*WORKERS)
+    wait_until(lambda: state_of(workflow) == "failed", timeout=60)
+    Counter.objects.create(name="stock", value=1)
+    dead = DeadLetter.objects.get()
+    # the queue paused while the requeued row is read: the running worker would run it at once
+    QueueState.objects.update_or_create(name=dead.queue, defaults={"paused": True})
+    # the operator fixes the order number while requeueing (the admin's "Edit and requeue")
+    job_id = requeue_edited(db.jobs_connection(), dead.pk, dead.name, [8], {}, by="a test")
+    requeued = Job.objects.get(pk=job_id)
+    assert (requeued.workflow_id, requeued.workflow_step) == (workflow.pk, 1)
+    QueueState.objects.filter(name=dead.queue).update(paused=False)
+    wait_until(lambda: state_of(workflow) == "succeeded", timeout=60)
+    assert labels_in_order() == ["charge-7", "ship-8", "email-7"]

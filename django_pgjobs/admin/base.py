@@ -18,16 +18,18 @@ from django.contrib.admin.views.main import IGNORED_PARAMS, ChangeList
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Q
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import path, reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html
-from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from .. import db, operations
 from ..conf import get_config
 from ..overview import COUNT_CAP
-from . import confirm, display, values
+from . import confirm, databases, display, values
+from .guards import refuse_mutation, require_view, safe_next  # noqa: F401 (their home before)
 
 #: Largest number of rows one bulk action touches ("select all" on a huge filter included); the
 #: same as the count cap, so "Select all 10000" does what it says.
@@ -62,7 +64,9 @@ class ValueFilter(admin.SimpleListFilter):
     values_from = None
 
     def lookups(self, request, model_admin):
-        return [(value, value or "(none)") for value in self.values_from(model_admin.connection())]
+        return [
+            (value, value or _("(none)")) for value in self.values_from(model_admin.connection())
+        ]
 
     def queryset(self, request, queryset):
         value = self.value()
@@ -74,7 +78,7 @@ class ValueFilter(admin.SimpleListFilter):
 
 
 class QueueFilter(ValueFilter):
-    title = "queue"
+    title = gettext_lazy("queue")
     parameter_name = field = "queue"
     values_from = staticmethod(operations.queue_names)
 
@@ -99,15 +103,23 @@ class CappedChangeList(ChangeList):
             names = ", ".join(repr(key) for key in self.nul_lookups)  # NUL shown as \x00
             messages.error(
                 request,
-                f"No rows match {names}: the value contains a NUL character, which PostgreSQL "
-                "text cannot hold.",
+                _(
+                    "No rows match %(names)s: the value contains a NUL character, which "
+                    "PostgreSQL text cannot hold."
+                )
+                % {"names": names},
             )
 
     def get_filters_params(self, params=None):
         lookups = super().get_filters_params(params)
         for key in self.nul_lookups:
             lookups.pop(key, None)
+        lookups.pop(databases.PARAM, None)  # the page's database, not a lookup
         return lookups
+
+    def url_for_result(self, result) -> str:
+        """A row's page, on the database of this list."""
+        return super().url_for_result(result) + databases.url_query()
 
     def get_queryset(self, request, exclude_parameters=None):
         queryset = super().get_queryset(request, exclude_parameters)
@@ -150,8 +162,18 @@ class OperatorAdmin(admin.ModelAdmin):
     show_facets = admin.ShowFacets.NEVER  # facet counts are a COUNT(*) per filter choice
     actions_on_bottom = False
 
+    change_list_template = "admin/django_pgjobs/database_change_list.html"
+    #: Whether its rows live on each jobs database (the switcher above its list picks one), or
+    #: on ``PGJOBS["DATABASE"]`` alone (the outbox).
+    on_every_database = True
+
     def get_changelist(self, request, **kwargs):
         return CappedChangeList
+
+    @property
+    def urls(self):
+        """Every page of this admin on the database its request chose (``databases``)."""
+        return databases.on_chosen_database_urls(self.get_urls())
 
     def has_add_permission(self, request, obj=None) -> bool:
         return False
@@ -201,9 +223,10 @@ class OperatorAdmin(admin.ModelAdmin):
         return (model or self.model)._default_manager.using(self.database())
 
     def database(self) -> str:
-        """Alias of the database holding the jobs tables (``PGJOBS["DATABASE"]``): every query
-        of the admin runs there, the ORM's as well as the named statements'."""
-        return get_config().DATABASE
+        """Alias of the database this page shows: ``PGJOBS["DATABASE"]``, or with queues on
+        several databases the one the page chose (``databases``). Every query of the admin runs
+        there, the ORM's as well as the named statements'."""
+        return databases.current() if self.on_every_database else get_config().DATABASE
 
     def connection(self):
         return db.jobs_connection(self.database())
@@ -232,8 +255,11 @@ class OperatorAdmin(admin.ModelAdmin):
         if truncated:
             messages.warning(
                 request,
-                f"Only the first {BULK_LIMIT:,} selected rows were processed; run the action "
-                "again for the rest.",
+                _(
+                    "Only the first %(limit)s selected rows were processed; run the action "
+                    "again for the rest."
+                )
+                % {"limit": f"{BULK_LIMIT:,}"},
             )
 
 
@@ -268,11 +294,11 @@ class JobRowAdmin(OperatorAdmin):
     def search_by_text(self, queryset, term: str):
         return queryset.filter(Q(name=term) | Q(name__endswith=f".{term}"))
 
-    @admin.display(description="args")
+    @admin.display(description=gettext_lazy("args"))
     def arguments(self, obj):
         return self.json_column(obj, "args")
 
-    @admin.display(description="kwargs")
+    @admin.display(description=gettext_lazy("kwargs"))
     def keyword_arguments(self, obj):
         return self.json_column(obj, "kwargs")
 
@@ -334,13 +360,13 @@ class JobRowAdmin(OperatorAdmin):
         response["X-Content-Type-Options"] = "nosniff"
         return response
 
-    created = display.time_field("created_at", "created at")
+    created = display.time_field("created_at", gettext_lazy("created at"))
 
-    @admin.display(description="job name")
+    @admin.display(description=gettext_lazy("job name"))
     def job_name(self, obj):
         return display.short_name(obj.name)
 
-    @admin.display(description="attempts")
+    @admin.display(description=gettext_lazy("attempts"))
     def attempts_of_max(self, obj):
         return f"{obj.attempts}/{obj.max_attempts}"
 
@@ -386,36 +412,14 @@ class JobRowAdmin(OperatorAdmin):
                 "job_errors": errors[::-1],
                 "timeline": display.timeline(obj, errors, dead_letter=self.dead_letters),
                 "job_actions": [
-                    (action, reverse(self.url_name("act"), args=[obj.pk, action.name]))
+                    (
+                        action,
+                        reverse(self.url_name("act"), args=[obj.pk, action.name])
+                        + databases.url_query(),
+                    )
                     for action in self.actions_for(request, obj)
                     if getattr(self, f"has_{action.permission}_permission")(request)
                 ],
                 **context,
             }
         return super().render_change_form(request, context, add, change, form_url, obj)
-
-
-def refuse_mutation(model_admin, request: HttpRequest, permission: str) -> HttpResponse | None:
-    """Gate of every view that changes rows: a response for anything but POST (CSRF is checked
-    by the middleware), ``PermissionDenied`` (403) without ``has_<permission>_permission``,
-    None when the change may go ahead. Views are also wrapped in ``admin_site.admin_view``, which
-    sends anonymous users to the login page."""
-    if request.method != "POST":
-        return HttpResponseNotAllowed(["POST"])
-    if not getattr(model_admin, f"has_{permission}_permission")(request):
-        raise PermissionDenied
-    return None
-
-
-def require_view(model_admin: admin.ModelAdmin, request: HttpRequest) -> None:
-    if not model_admin.has_view_permission(request):
-        raise PermissionDenied
-
-
-def safe_next(request: HttpRequest, default: str) -> str:
-    target = request.POST.get("next") or request.GET.get("next") or ""
-    if target and url_has_allowed_host_and_scheme(
-        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-    ):
-        return target
-    return default

@@ -17,6 +17,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.text import capfirst
+from django.utils.translation import gettext as _
 
 #: Rows a confirmation page lists one by one; the rest are counted.
 LISTED_ROWS = 100
@@ -35,14 +36,19 @@ def confirmation_page(model_admin, request, spec, rows, *, total, hidden, back_u
     changelist_url = reverse(model_admin.url_name("changelist"))
     context = model_admin.page_context(
         request,
-        f"{spec.label}: {count}?",
+        _("%(action)s: %(count)s?") % {"action": spec.label, "count": count},
         action=spec,
         rows=rows,
         unlisted=max(total - len(rows), 0),
         hidden=hidden,
         form_url=request.get_full_path(),
         back_url=back_url,
-        trail=[capfirst(opts.verbose_name_plural), changelist_url, *trail, f"{spec.label}?"],
+        trail=[
+            capfirst(opts.verbose_name_plural),
+            changelist_url,
+            *trail,
+            _("%(action)s?") % {"action": spec.label},
+        ],
         row_url_name=model_admin.url_name("change"),
     )
     return TemplateResponse(request, "admin/django_pgjobs/confirm_action.html", context)
@@ -118,12 +124,18 @@ def rows_touched(model_admin, text: str, ids: Sequence[int], model_name: str | N
             ", ", '<a href="{}">#{}</a>', ((reverse(change, args=[pk]), pk) for pk in named)
         )
     more = (
-        format_html(" and {} more", f"{len(ids) - len(named):,}") if len(ids) > len(named) else ""
+        format_html(_(" and {} more"), f"{len(ids) - len(named):,}")
+        if len(ids) > len(named)
+        else ""
     )
     listed = ""
     if model_name is not None and len(ids) > 1:
         changelist = reverse(model_admin.url_name("changelist", model_name))
         shown = ",".join(str(pk) for pk in ids[:LINKED_IDS])
-        label = f"list the first {LINKED_IDS:,}" if len(ids) > LINKED_IDS else "list them"
+        label = (
+            _("list the first %(count)s") % {"count": f"{LINKED_IDS:,}"}
+            if len(ids) > LINKED_IDS
+            else _("list them")
+        )
         listed = format_html(' (<a href="{}?id__in={}">{}</a>)', changelist, shown, label)
     return format_html("{}: {}{}{}.", text.rstrip("."), names, more, listed)

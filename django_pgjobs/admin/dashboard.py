@@ -8,16 +8,20 @@ needs ``view_job``; dead letters are shown only to users who may view them, and 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 
 from django.contrib import admin
 from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
-from .. import overview, registry
+from .. import db, overview, registry
+from ..conf import job_databases
 from ..models import DeadLetter, Job, QueueState, Worker
-from . import display
+from ..states import view_label
+from . import databases, display
 from .base import require_view
 from .queues import with_queues_text
 
@@ -41,7 +45,12 @@ def chart_bars(points, width: int = CHART_WIDTH, height: int = CHART_HEIGHT) -> 
                 "ok_height": h_ok,
                 "failed_y": round(height - h_ok - h_failed, 1),
                 "failed_height": h_failed,
-                "label": f"{display.local(minute):%H:%M}: {succeeded} succeeded, {failed} failed",
+                "label": _("%(minute)s: %(succeeded)s succeeded, %(failed)s failed")
+                % {
+                    "minute": f"{display.local(minute):%H:%M}",
+                    "succeeded": succeeded,
+                    "failed": failed,
+                },
             }
         )
     return {"bars": bars, "peak": peak, "width": width, "height": height}
@@ -98,7 +107,12 @@ def queue_rows(queues) -> list[dict]:
                 if queue.failure_rate is None
                 else f"{queue.failure_rate * 100:.1f} %",
                 "bar": [
-                    (view, count, round(100 * count / widest, 2), display.VIEW_COLOURS[view])
+                    (
+                        view_label(view),
+                        count,
+                        round(100 * count / widest, 2),
+                        display.VIEW_COLOURS[view],
+                    )
                     for view, count in (
                         ("due", queue.due),
                         ("scheduled", queue.scheduled),
@@ -112,6 +126,46 @@ def queue_rows(queues) -> list[dict]:
     return rows
 
 
+@dataclass
+class DatabasesRead:
+    """What the dashboard reads of every jobs database, each row with its database's alias."""
+
+    queues: list[tuple[str, overview.QueueOverview]] = field(default_factory=list)
+    workers: list[dict] = field(default_factory=list)
+    points: list[tuple] = field(default_factory=list)  # (minute, succeeded, failed), summed
+    estimates: dict[str, int] = field(default_factory=dict)  # summed
+
+
+def read_databases(show_dead: bool, show_workers: bool, now) -> DatabasesRead:
+    """The dashboard's numbers of each jobs database (``PGJOBS["DATABASE"]`` and those of
+    ``PGJOBS["QUEUE_DATABASES"]``): one page for all of them."""
+    read = DatabasesRead()
+    minutes: dict = {}
+    for alias in job_databases():
+        connection = db.jobs_connection(alias)
+        queues, points = overview.queue_overview(connection, dead_letters=show_dead, now=now)
+        read.queues += [(alias, queue) for queue in queues]
+        for minute, succeeded, failed in points:
+            before = minutes.get(minute, (0, 0))
+            minutes[minute] = (before[0] + succeeded, before[1] + failed)
+        if show_workers:
+            registered = Worker._default_manager.using(alias)
+            in_use = registry.queues_in_use(connection)
+            read.workers += [
+                {**row, "database": alias} for row in worker_rows(registered, now, in_use)
+            ]
+        for table, rows in overview.table_row_estimates(connection).items():
+            read.estimates[table] = read.estimates.get(table, 0) + (rows or 0)
+    read.points = [(minute, *minutes[minute]) for minute in sorted(minutes)]
+    return read
+
+
+def database_links(alias: str) -> dict[str, str]:
+    """The query strings that keep a dashboard row's links on its database (empty with one):
+    ``db_page`` starts a query, ``db_query`` extends one."""
+    return {"db_page": databases.url_query(alias), "db_query": databases.url_query(alias, "&")}
+
+
 def dashboard_view(model_admin, request):
     require_view(model_admin, request)
     registered = model_admin.admin_site._registry
@@ -122,38 +176,37 @@ def dashboard_view(model_admin, request):
 
     show_dead = may("view", DeadLetter)
     show_workers = may("view", Worker)
-    connection = model_admin.connection()
     now = timezone.now()
-    queues, points = overview.queue_overview(connection, dead_letters=show_dead, now=now)
-    workers = (
-        worker_rows(model_admin.rows(Worker), now, registry.queues_in_use(connection))
-        if show_workers
-        else []
-    )
-    rows = queue_rows(queues)
+    read = read_databases(show_dead, show_workers, now)
+    queues = [queue for _, queue in read.queues]
+    rows = [
+        {**row, "database": alias, **database_links(alias)}
+        for row, (alias, _) in zip(queue_rows(queues), read.queues, strict=True)
+    ]
     totals = {
         key: sum(getattr(q, key) for q in queues)
         for key in ("due", "scheduled", "retrying", "running", "lease_expired", "dead_letters")
     }
     context = model_admin.page_context(
         request,
-        "Jobs dashboard",
+        _("Jobs dashboard"),
         rows=rows,
         totals=totals,
-        workers=workers,
+        workers=read.workers,
+        several=databases.several(),
         show_dead=show_dead,
         show_workers=show_workers,
         dead_letters_capped=any(q.dead_letters_capped for q in queues),
         count_cap=overview.COUNT_CAP,
-        workers_alive=sum(1 for w in workers if w["alive"]),
+        workers_alive=sum(1 for w in read.workers if w["alive"]),
         estimated=any(q.estimated for q in queues),
-        chart=chart_bars(points),
+        chart=chart_bars(read.points),
         chart_minutes=overview.CHART_MINUTES,
         recent_minutes=overview.RECENT_MINUTES,
-        estimates=overview.table_row_estimates(connection),
+        estimates=read.estimates,
         can_pause=may("operate", QueueState),
         legend=[
-            (view, display.VIEW_COLOURS[view])
+            (view_label(view), display.VIEW_COLOURS[view])
             for view in ("due", "scheduled", "retrying", "running")
         ],
         measured_at=now,

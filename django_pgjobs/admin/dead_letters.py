@@ -12,6 +12,8 @@ from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from .. import overview
 from . import confirm, display, repairs
@@ -21,7 +23,6 @@ from .base import (
     JobRowAdmin,
     QueueFilter,
     ValueFilter,
-    plural,
     require_view,
 )
 from .workflows import workflow_link
@@ -40,12 +41,16 @@ GONE = repairs.GONE
 
 
 class FailedWithinFilter(admin.SimpleListFilter):
-    title = "died within"
+    title = gettext_lazy("died within")
     parameter_name = "within"
     WINDOWS = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
 
     def lookups(self, request, model_admin):
-        return [("1h", "the last hour"), ("24h", "the last 24 hours"), ("7d", "the last 7 days")]
+        return [
+            ("1h", _("the last hour")),
+            ("24h", _("the last 24 hours")),
+            ("7d", _("the last 7 days")),
+        ]
 
     def queryset(self, request, queryset):
         window = self.WINDOWS.get(self.value())
@@ -53,13 +58,13 @@ class FailedWithinFilter(admin.SimpleListFilter):
 
 
 class ErrorTypeFilter(ValueFilter):
-    title = "error type"
+    title = gettext_lazy("error type")
     parameter_name = field = "error_type"
     values_from = staticmethod(overview.dead_letter_error_types)
 
 
 class NameFilter(ValueFilter):
-    title = "job name"
+    title = gettext_lazy("job name")
     parameter_name = field = "name"
     values_from = staticmethod(overview.dead_letter_names)
 
@@ -85,14 +90,14 @@ class DeadLetterAdmin(JobRowAdmin):
     list_filter = (FailedWithinFilter, ErrorTypeFilter, NameFilter, QueueFilter)
     ordering = ("-failed_at", "-id")  # pgjobs_dl_failed_idx
     search_fields = ("name",)  # replaced by get_search_results
-    search_help_text = (
+    search_help_text = gettext_lazy(
         "A dead letter id, the id the job had, a job name (full or its function name), an error "
         "type or a unique key."
     )
     actions = (
         *bulk_actions(DEAD_LETTER_ACTIONS),
         admin.action(
-            description="Replay selected dead letters over time (at a rate)",
+            description=gettext_lazy("Replay selected dead letters over time (at a rate)"),
             permissions=["operate"],
         )(repairs.replay_over_time),
     )
@@ -114,20 +119,20 @@ class DeadLetterAdmin(JobRowAdmin):
             },
         ),
         (
-            "Failure",
+            gettext_lazy("Failure"),
             {"fields": ("reason", "error_type", "attempts_of_max", "created", "failed")},
         ),
-        ("Arguments", {"fields": ("arguments", "keyword_arguments")}),
-        ("Repairs", {"fields": ("repair_trail",)}),
+        (gettext_lazy("Arguments"), {"fields": ("arguments", "keyword_arguments")}),
+        (gettext_lazy("Repairs"), {"fields": ("repair_trail",)}),
     )
     readonly_fields = flatten_fieldsets(fieldsets)
-    failed = display.time_field("failed_at", "failed at")
+    failed = display.time_field("failed_at", gettext_lazy("failed at"))
 
-    @admin.display(description="audit trail")
+    @admin.display(description=gettext_lazy("audit trail"))
     def repair_trail(self, obj):
         return repairs.trail_html(self, obj)
 
-    @admin.display(description="workflow")
+    @admin.display(description=gettext_lazy("workflow"))
     def workflow_page(self, obj):
         return workflow_link(obj)
 
@@ -144,20 +149,20 @@ class DeadLetterAdmin(JobRowAdmin):
             Q(error_type=term) | Q(unique_key=term)
         )
 
-    @admin.display(description="id")
+    @admin.display(description=gettext_lazy("id"))
     def dead_letter_id(self, obj):
         return f"#{obj.id}"
 
-    @admin.display(description="reason")
+    @admin.display(description=gettext_lazy("reason"))
     def short_reason(self, obj):
         text = getattr(obj, "reason_start", None)
         return display.one_line(text if text is not None else obj.reason, 110)
 
-    @admin.display(description="died")
+    @admin.display(description=gettext_lazy("died"))
     def died(self, obj):
         return display.when(obj.failed_at)
 
-    @admin.display(description="job id")
+    @admin.display(description=gettext_lazy("job id"))
     def original_job(self, obj):
         return f"#{obj.job_id}"
 
@@ -195,7 +200,7 @@ class DeadLetterAdmin(JobRowAdmin):
 
         context = self.page_context(
             request,
-            "Dead letters by error and job",
+            _("Dead letters by error and job"),
             groups=groups,
             by_type=ranked(by_type),
             by_name=ranked(by_name),
@@ -209,11 +214,7 @@ class DeadLetterAdmin(JobRowAdmin):
         """Requeue or delete one dead letter (the buttons of its page)."""
         done = spec.apply(self.connection(), [object_id], request)
         if not done:
-            messages.warning(
-                request,
-                f"Dead letter #{object_id} was left alone: it was already requeued or deleted by "
-                "someone else, or its unique key is held by a ready or running job.",
-            )
+            messages.warning(request, repairs.left_alone(object_id))
             return HttpResponseRedirect(reverse(self.url_name("changelist")))
         messages.success(request, confirm.rows_touched(self, spec.message(1), done, spec.links_to))
         if spec.name == "requeue":
@@ -229,10 +230,7 @@ class DeadLetterAdmin(JobRowAdmin):
             return confirm.bulk_confirmation(self, request, spec, sorted(ids))
         done = spec.apply(self.connection(), ids, request) if ids else []
         skipped = len(ids) - len(done)
-        why = ""
-        if skipped:
-            why = f"{plural(skipped, 'selected dead letter')} {'was' if skipped == 1 else 'were'} "
-            why += f"left alone ({GONE})."
+        why = repairs.letters_left_alone(skipped)
         # requeue: the new jobs' ids, linked; delete: the ids of the dead letters deleted
         touched = confirm.rows_touched(self, spec.message(len(done)), sorted(done), spec.links_to)
         self.report(request, touched, why, truncated)

@@ -13,8 +13,9 @@ from typing import Any
 from django.contrib import admin
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.translation import gettext as _
 
-from ..states import View
+from ..states import View, view_label
 from .values import UNREADABLE, compact, loads
 
 
@@ -35,7 +36,7 @@ def duration(seconds: float | None) -> str:
     hours, minutes = divmod(minutes, 60)
     if hours < 48:
         return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    return f"{hours // 24} d {hours % 24} h"
+    return _("%(days)s d %(hours)s h") % {"days": hours // 24, "hours": hours % 24}
 
 
 def aware(moment: datetime) -> datetime:
@@ -59,8 +60,10 @@ def relative(moment: datetime | None, now: datetime | None = None) -> str:
         return "–"
     delta = (aware(moment) - aware(now or timezone.now())).total_seconds()
     if abs(delta) < 1:
-        return "now"
-    return f"in {duration(delta)}" if delta > 0 else f"{duration(delta)} ago"
+        return _("now")
+    if delta > 0:
+        return _("in %(duration)s") % {"duration": duration(delta)}
+    return _("%(duration)s ago") % {"duration": duration(delta)}
 
 
 def when(moment: datetime | str | None, now: datetime | None = None) -> str:
@@ -113,7 +116,7 @@ def short_name(name: str, keep: int = 2) -> str:
 def error_summary(error_type: str | None, message: str | None, limit: int = 120) -> str:
     if not error_type and not message:
         return ""
-    return one_line(f"{error_type or 'Error'}: {message or ''}", limit)
+    return one_line(f"{error_type or _('Error')}: {message or ''}", limit)
 
 
 VIEW_COLOURS = {
@@ -130,7 +133,7 @@ def badge(view: str) -> str:
     return format_html(
         '<span class="pgjobs-badge" style="background:{}">{}</span>',
         VIEW_COLOURS.get(view, "#777"),
-        view,
+        view_label(view),
     )
 
 
@@ -168,7 +171,7 @@ def queue_list(stored_text: str | None) -> str:
     "all" for an empty list; anything but a list of names is shown as its JSON."""
     value = loads(stored_text)
     if isinstance(value, list) and all(isinstance(name, str) for name in value):
-        return ", ".join(value) or "all"
+        return ", ".join(value) or _("all")
     return compact(stored_text or "null")
 
 
@@ -177,32 +180,34 @@ def timeline(
 ) -> list[dict[str, Any]]:
     """What happened to a job, oldest first: enqueued, each failed attempt (``errors``, from
     ``error_entries``), claims, the end."""
-    events: list[dict[str, Any]] = [{"at": row.created_at, "what": "enqueued", "detail": ""}]
+    events: list[dict[str, Any]] = [{"at": row.created_at, "what": _("enqueued"), "detail": ""}]
     for error in errors:
         events.append(
             {
                 "at": _parse(error["at"]),
-                "what": f"attempt {error['attempt'] or '?'} failed",
+                "what": _("attempt %(attempt)s failed") % {"attempt": error["attempt"] or "?"},
                 "detail": error_summary(error["type"], error["message"]),
             }
         )
     if dead_letter:
-        events.append({"at": row.failed_at, "what": "dead-lettered", "detail": row.reason})
+        events.append({"at": row.failed_at, "what": _("dead-lettered"), "detail": row.reason})
         return _sorted(events)
     if row.status == "running" and row.started_at:
         events.append(
             {
                 "at": row.started_at,
-                "what": f"attempt {row.attempts} started",
-                "detail": f"worker {row.worker}, lease until {relative(row.lease_expires_at)}",
+                "what": _("attempt %(attempt)s started") % {"attempt": row.attempts},
+                "detail": _("worker %(worker)s, lease until %(when)s")
+                % {"worker": row.worker, "when": relative(row.lease_expires_at)},
             }
         )
     elif row.status == "successful":
         if row.started_at:
-            events.append({"at": row.started_at, "what": f"attempt {row.attempts} started"})
-        events.append({"at": row.finished_at, "what": "succeeded", "detail": ""})
+            started = _("attempt %(attempt)s started") % {"attempt": row.attempts}
+            events.append({"at": row.started_at, "what": started})
+        events.append({"at": row.finished_at, "what": _("succeeded"), "detail": ""})
     else:
-        label = "retry due" if row.attempts else "due"
+        label = _("retry due") if row.attempts else _("due")
         events.append({"at": row.run_after, "what": label, "detail": ""})
     return _sorted(events)
 
@@ -234,10 +239,14 @@ def progress(report: Any) -> str:
     note = report.get("note") if isinstance(report.get("note"), str) else ""
     if _number(total) and total > 0:
         share = min(max(done / total, 0.0), 1.0)
-        amount = f"{done:g} of {total:g} ({share:.0%})"
+        amount = _("%(done)s of %(total)s (%(share)s)") % {
+            "done": f"{done:g}",
+            "total": f"{total:g}",
+            "share": f"{share:.0%}",
+        }
         bar = format_html('<progress max="1" value="{}"></progress> ', f"{share:.3f}")
     else:
-        amount, bar = f"{done:g} done", ""
+        amount, bar = _("%(done)s done") % {"done": f"{done:g}"}, ""
     return format_html(
         '<span class="pgjobs-progress">{}{}</span><div class="pgjobs-small">{}{}</div>',
         bar,

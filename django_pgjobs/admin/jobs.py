@@ -11,10 +11,12 @@ from django.http import HttpResponseRedirect
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from .. import registry
 from ..models import view_condition
-from ..states import Status, View
+from ..states import Status, View, view_label
 from . import confirm, display, repairs
 from .actions import JOB_ACTIONS, JOB_ACTIONS_BY_FILTER, Action, bulk_actions
 from .base import CappedChangeList, JobRowAdmin, QueueFilter
@@ -43,17 +45,17 @@ LEASE_EXPIRED = "lease_expired"
 
 
 class ViewFilter(admin.SimpleListFilter):
-    title = "state"
+    title = gettext_lazy("state")
     parameter_name = "view"
 
     def lookups(self, request, model_admin):
         return [
-            (View.DUE, "due"),
-            (View.SCHEDULED, "scheduled"),
-            (View.RETRYING, "retrying"),
-            (View.RUNNING, "running"),
-            (LEASE_EXPIRED, "running, lease expired"),
-            (View.SUCCESSFUL, "successful (retained)"),
+            (View.DUE, View.DUE.label),
+            (View.SCHEDULED, View.SCHEDULED.label),
+            (View.RETRYING, View.RETRYING.label),
+            (View.RUNNING, View.RUNNING.label),
+            (LEASE_EXPIRED, _("running, lease expired")),
+            (View.SUCCESSFUL, _("successful (retained)")),
         ]
 
     def queryset(self, request, queryset):
@@ -83,10 +85,20 @@ def view_ordering(view: str | None) -> list[str]:
     return ["-id"]  # newest first (primary key)
 
 
+class JobQueueFilter(QueueFilter):
+    """The queue filter of the jobs list: ``Job.objects.in_queue`` (each half through an index)."""
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value is None or "\x00" in value:
+            return super().queryset(request, queryset)
+        return queryset.in_queue(value)
+
+
 class JobNameFilter(admin.SimpleListFilter):
     """Job names from the registry (what workers can run), not a scan of the table."""
 
-    title = "job name"
+    title = gettext_lazy("job name")
     parameter_name = "name"
 
     def lookups(self, request, model_admin):
@@ -131,9 +143,9 @@ class JobAdmin(JobRowAdmin):
         "result_kept",
     )
     list_display_links = ("job_id",)
-    list_filter = (ViewFilter, QueueFilter, JobNameFilter)
+    list_filter = (ViewFilter, JobQueueFilter, JobNameFilter)
     search_fields = ("name",)  # replaced by get_search_results; the box needs one entry
-    search_help_text = (
+    search_help_text = gettext_lazy(
         "An id (#123 or 123), a job name (full or its function name) or a unique key."
     )
     actions = bulk_actions(JOB_ACTIONS)
@@ -157,7 +169,7 @@ class JobAdmin(JobRowAdmin):
             },
         ),
         (
-            "Timing",
+            gettext_lazy("Timing"),
             {
                 "fields": (
                     "created",
@@ -172,24 +184,24 @@ class JobAdmin(JobRowAdmin):
                 )
             },
         ),
-        ("Arguments", {"fields": ("arguments", "keyword_arguments")}),
-        ("Progress", {"fields": ("job_progress", "job_metadata")}),
-        ("Result", {"fields": ("keep_result", "kept_result")}),
-        ("Repairs", {"fields": ("repair_trail",)}),
+        (gettext_lazy("Arguments"), {"fields": ("arguments", "keyword_arguments")}),
+        (gettext_lazy("Progress"), {"fields": ("job_progress", "job_metadata")}),
+        (gettext_lazy("Result"), {"fields": ("keep_result", "kept_result")}),
+        (gettext_lazy("Repairs"), {"fields": ("repair_trail",)}),
     )
     readonly_fields = flatten_fieldsets(fieldsets)
 
-    @admin.display(description="audit trail")
+    @admin.display(description=gettext_lazy("audit trail"))
     def repair_trail(self, obj):
         return repairs.trail_html(self, obj)
 
-    runs_after = display.time_field("run_after", "run after")
-    started = display.time_field("started_at", "started at")
-    lease_expires = display.time_field("lease_expires_at", "lease expires at")
-    finished = display.time_field("finished_at", "finished at")
-    abort_requested = display.time_field("abort_requested_at", "abort requested at")
+    runs_after = display.time_field("run_after", gettext_lazy("run after"))
+    started = display.time_field("started_at", gettext_lazy("started at"))
+    lease_expires = display.time_field("lease_expires_at", gettext_lazy("lease expires at"))
+    finished = display.time_field("finished_at", gettext_lazy("finished at"))
+    abort_requested = display.time_field("abort_requested_at", gettext_lazy("abort requested at"))
 
-    @admin.display(description="workflow")
+    @admin.display(description=gettext_lazy("workflow"))
     def workflow_page(self, obj):
         return workflow_link(obj)
 
@@ -226,70 +238,74 @@ class JobAdmin(JobRowAdmin):
         offered = JOB_ACTIONS_BY_FILTER.get(request.GET.get(ViewFilter.parameter_name), ())
         return {name: spec for name, spec in actions.items() if name in offered}
 
-    @admin.display(description="id")
+    @admin.display(description=gettext_lazy("id"))
     def job_id(self, obj):
         return f"#{obj.id}"
 
-    @admin.display(description="state")
+    @admin.display(description=gettext_lazy("state"))
     def state(self, obj):
         """The view's badge; for a running job, its worker and its lease under it, and its
         progress when it reported some."""
         if obj.status != Status.RUNNING:
             return format_html("{}{}", display.badge(obj.view), waiting_on_key(obj))
         expired = obj.lease_expires_at and obj.lease_expires_at < timezone.now()
+        lease = _("lease expired {when}") if expired else _("lease until {when}")
         return format_html(
-            '{}<div class="pgjobs-small">{}<br><span class="{}">lease {} {}</span></div>{}',
+            '{}<div class="pgjobs-small">{}<br><span class="{}">{}</span></div>{}',
             display.badge(obj.view),
             obj.worker,
             "pgjobs-expired" if expired else "pgjobs-quiet",
-            "expired" if expired else "until",
-            display.when(obj.lease_expires_at),
+            format_html(lease, when=display.when(obj.lease_expires_at)),
             display.progress(obj.progress) if obj.progress else "",
         )
 
-    @admin.display(description="progress")
+    @admin.display(description=gettext_lazy("progress"))
     def job_progress(self, obj):
         return display.progress(obj.progress)
 
-    @admin.display(description="metadata")
+    @admin.display(description=gettext_lazy("metadata"))
     def job_metadata(self, obj):
         if obj.metadata is None:
             return "–"
         return self.json_column(obj, "metadata")  # REDACT_KEYS, as for arguments
 
-    @admin.display(description="queue")
+    @admin.display(description=gettext_lazy("queue"))
     def queue_and_priority(self, obj):
         """The queue, and the priority when it is not the default (0)."""
         if not obj.priority:
             return obj.queue
-        return format_html('{}<div class="pgjobs-small">priority {}</div>', obj.queue, obj.priority)
+        return format_html(
+            '{}<div class="pgjobs-small">{}</div>',
+            obj.queue,
+            _("priority %(priority)s") % {"priority": obj.priority},
+        )
 
-    @admin.display(description="due")
+    @admin.display(description=gettext_lazy("due"))
     def due(self, obj):
         if obj.status != "ready":
             return "–"
         return display.when(obj.run_after)
 
-    @admin.display(description="age")
+    @admin.display(description=gettext_lazy("age"))
     def age(self, obj):
         return display.duration((timezone.now() - obj.created_at).total_seconds())
 
-    @admin.display(description="last error")
+    @admin.display(description=gettext_lazy("last error"))
     def last_error(self, obj):
         # annotated by JobChangeList: NULL where the last entry is no object with these keys
         return display.error_summary(obj.last_error_type, obj.last_error_message, 100)
 
-    @admin.display(description="result", boolean=True)
+    @admin.display(description=gettext_lazy("result"), boolean=True)
     def result_kept(self, obj):
         """Whether the job keeps its return value (``keep_result``)."""
         return obj.keep_result
 
-    @admin.display(description="return value")
+    @admin.display(description=gettext_lazy("return value"))
     def kept_result(self, obj):
         if not obj.keep_result:
-            return "not kept (the job was enqueued without keep_result)"
+            return _("not kept (the job was enqueued without keep_result)")
         if obj.status != Status.SUCCESSFUL:
-            return "kept when the job succeeds"
+            return _("kept when the job succeeds")
         return self.json_column(obj, "result")  # REDACT_KEYS, as for arguments
 
     # -- detail and actions -----------------------------------------------------------------------
@@ -307,15 +323,21 @@ class JobAdmin(JobRowAdmin):
         """Run one action on one job (the buttons of the job page)."""
         job = self.rows().only("status", "attempts", "run_after").filter(pk=object_id).first()
         if job is None:
-            messages.warning(request, f"Job #{object_id} no longer exists.")
+            messages.warning(request, _("Job #%(id)s no longer exists.") % {"id": object_id})
             return HttpResponseRedirect(reverse(self.url_name("changelist")))
         page = reverse(self.url_name("change"), args=[job.pk])
         if job.view not in spec.views:
-            messages.error(request, f"{spec.label} is not possible: job #{job.pk} is {job.view}.")
+            messages.error(
+                request,
+                _("%(action)s is not possible: job #%(id)s is %(view)s.")
+                % {"action": spec.label, "id": job.pk, "view": view_label(job.view)},
+            )
             return HttpResponseRedirect(page)
         done = spec.apply(self.connection(), [job.pk], request)
         if not done:
-            messages.warning(request, f"Job #{job.pk} changed meanwhile; nothing was done.")
+            messages.warning(
+                request, _("Job #%(id)s changed meanwhile; nothing was done.") % {"id": job.pk}
+            )
             return HttpResponseRedirect(page)
         messages.success(request, confirm.rows_touched(self, spec.message(1), done, spec.links_to))
         if spec.name == "cancel":
@@ -341,7 +363,10 @@ class JobAdmin(JobRowAdmin):
         self.report(
             request,
             confirm.rows_touched(self, spec.message(len(done)), sorted(done), spec.links_to),
-            spec.skipped(len(ids) - len(done), f"only {spec.valid_for} jobs qualify"),
+            spec.skipped(
+                len(ids) - len(done),
+                _("only %(views)s jobs qualify") % {"views": spec.valid_for},
+            ),
             truncated,
         )
         return None

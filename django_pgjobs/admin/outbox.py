@@ -5,6 +5,7 @@ events (docs/howto/outbox.md)."""
 from __future__ import annotations
 
 from django.db import connections, router
+from django.utils.translation import gettext as _
 
 from ..outbox import status
 from .base import OperatorAdmin
@@ -12,7 +13,7 @@ from .base import OperatorAdmin
 
 def _age(seconds: float | None) -> str:
     if seconds is None:
-        return "none"
+        return _("none")
     if seconds < 120:
         return f"{seconds:.0f} s"
     if seconds < 7200:
@@ -21,6 +22,7 @@ def _age(seconds: float | None) -> str:
 
 
 class OutboxEventAdmin(OperatorAdmin):
+    on_every_database = False  # the outbox lives on PGJOBS["DATABASE"] alone
     list_display = ("id", "topic", "key", "created_at", "attempts", "available_at", "last_error")
     list_filter = ()
     search_fields = ()
@@ -30,13 +32,18 @@ class OutboxEventAdmin(OperatorAdmin):
         alias = router.db_for_read(self.model)
         backlog = status.backlog(connections[alias])
         capped = "+" if backlog.events >= status.COUNT_CAP else ""
-        subtitle = (
-            f"Backlog: {backlog.events:,}{capped} event(s) not yet published; oldest waiting "
-            f"{_age(backlog.oldest_seconds)}; {backlog.dead_lettered:,} refused by the broker"
-        )
+        subtitle = _(
+            "Backlog: %(events)s event(s) not yet published; oldest waiting %(age)s; "
+            "%(refused)s refused by the broker"
+        ) % {
+            "events": f"{backlog.events:,}{capped}",
+            "age": _age(backlog.oldest_seconds),
+            "refused": f"{backlog.dead_lettered:,}",
+        }
         return super().changelist_view(request, {**(extra_context or {}), "subtitle": subtitle})
 
 
 class OutboxDeadLetterAdmin(OperatorAdmin):
+    on_every_database = False
     list_display = ("id", "topic", "key", "created_at", "failed_at", "attempts", "error")
     ordering = ("-failed_at", "-id")

@@ -6,11 +6,13 @@ from django.contrib import admin, messages
 from django.http import Http404, HttpResponseRedirect
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext
 
 from .. import db, operations
 from ..conf import get_config
 from . import display, values
-from .base import OperatorAdmin, plural, refuse_mutation, safe_next
+from .base import OperatorAdmin, refuse_mutation, safe_next
 
 
 class QueueStateAdmin(OperatorAdmin):
@@ -42,7 +44,8 @@ class QueueStateAdmin(OperatorAdmin):
             set_queue_paused(self.connection(), name, paused)
         except ValueError:
             raise Http404("no such queue") from None
-        messages.success(request, f"{'Paused' if paused else 'Resumed'} queue {name}.")
+        done = _("Paused queue %(name)s.") if paused else _("Resumed queue %(name)s.")
+        messages.success(request, done % {"name": name})
         dashboard = reverse(self.url_name("dashboard", model_name="job"))
         return HttpResponseRedirect(safe_next(request, dashboard))
 
@@ -56,14 +59,17 @@ class QueueStateAdmin(OperatorAdmin):
         names = list(queryset.values_list("name", flat=True))
         for name in names:
             set_queue_paused(self.connection(), name, paused)
-        verb = "Paused" if paused else "Resumed"
-        messages.success(request, f"{verb} {plural(len(names), 'queue')}.")
+        if paused:
+            done = ngettext("Paused %(n)s queue.", "Paused %(n)s queues.", len(names))
+        else:
+            done = ngettext("Resumed %(n)s queue.", "Resumed %(n)s queues.", len(names))
+        messages.success(request, done % {"n": f"{len(names):,}"})
 
-    @admin.action(description="Pause selected queues", permissions=["operate"])
+    @admin.action(description=gettext_lazy("Pause selected queues"), permissions=["operate"])
     def pause(self, request, queryset):
         self._bulk(request, queryset, True)
 
-    @admin.action(description="Resume selected queues", permissions=["operate"])
+    @admin.action(description=gettext_lazy("Resume selected queues"), permissions=["operate"])
     def resume(self, request, queryset):
         self._bulk(request, queryset, False)
 
@@ -84,24 +90,24 @@ class WorkerAdmin(OperatorAdmin):
     ordering = ("hostname", "pid")
     fields = ("id", "hostname", "pid", "serves", "concurrency", "started", "last_seen")
     readonly_fields = fields
-    started = display.time_field("started_at", "started at")
+    started = display.time_field("started_at", gettext_lazy("started at"))
 
     def get_queryset(self, request):
         return with_queues_text(super().get_queryset(request))
 
-    @admin.display(description="queues")
+    @admin.display(description=gettext_lazy("queues"))
     def serves(self, obj):
         return display.queue_list(obj.queues_text)
 
-    @admin.display(description="up for")
+    @admin.display(description=gettext_lazy("up for"))
     def up_for(self, obj):
         return display.duration((timezone.now() - obj.started_at).total_seconds())
 
-    @admin.display(description="last seen")
+    @admin.display(description=gettext_lazy("last seen"))
     def last_seen(self, obj):
         return display.when(obj.last_seen_at)
 
-    @admin.display(description="alive", boolean=True)
+    @admin.display(description=gettext_lazy("alive"), boolean=True)
     def alive(self, obj):
         silent = (timezone.now() - obj.last_seen_at).total_seconds()
         return silent <= 3 * get_config().HEARTBEAT_SECONDS

@@ -4,6 +4,7 @@ audit trail (``repairs``) shown on dead letters and jobs."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
@@ -11,16 +12,37 @@ from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext
 
 from .. import operations, redaction, repair
 from . import display
 from .base import refuse_mutation, require_view, row_id
 
 #: Why selected dead letters were not requeued.
-GONE = (
+GONE = gettext_lazy(
     "already requeued or deleted by someone else, or their unique key is held by a ready or "
     "running job, or by a newer selected dead letter requeued instead"
 )
+
+
+def letters_left_alone(count: int) -> str:
+    """What a requeue of ``count`` selected dead letters left alone says ("" for none)."""
+    if not count:
+        return ""
+    return ngettext(
+        "%(n)s selected dead letter was left alone (%(why)s).",
+        "%(n)s selected dead letters were left alone (%(why)s).",
+        count,
+    ) % {"n": f"{count:,}", "why": GONE}
+
+
+def left_alone(pk) -> str:
+    """The message of a requeue of one dead letter that did nothing."""
+    return _(
+        "Dead letter #%(id)s was left alone: it was already requeued or deleted by someone "
+        "else, or its unique key is held by a ready or running job."
+    ) % {"id": pk}
 
 
 def edit_view(model_admin, request, object_id):
@@ -39,8 +61,11 @@ def edit_view(model_admin, request, object_id):
     if any(redaction.may_redact(text, row["name"]) for text in stored):
         messages.error(
             request,
-            f"Dead letter #{pk} cannot be edited here: its arguments may hold values the admin "
-            "redacts (PGJOBS['REDACT_KEYS']).",
+            _(
+                "Dead letter #%(id)s cannot be edited here: its arguments may hold values the "
+                "admin redacts (PGJOBS['REDACT_KEYS'])."
+            )
+            % {"id": pk},
         )
         return HttpResponseRedirect(reverse(model_admin.url_name("change"), args=[pk]))
     args_text = json.dumps(row["args"], indent=2, ensure_ascii=False)
@@ -64,7 +89,7 @@ def edit_view(model_admin, request, object_id):
             return _requeued(model_admin, request, pk, job_id, changelist)
     context = model_admin.page_context(
         request,
-        f"Edit and requeue dead letter #{pk}",
+        _("Edit and requeue dead letter #%(id)s") % {"id": pk},
         dead_letter=row,
         args_text=args_text,
         kwargs_text=kwargs_text,
@@ -78,17 +103,13 @@ def edit_view(model_admin, request, object_id):
 
 def _requeued(model_admin, request, pk: int, job_id: int | None, changelist: str):
     if job_id is None:
-        messages.warning(
-            request,
-            f"Dead letter #{pk} was left alone: it was already requeued or deleted by someone "
-            "else, or its unique key is held by a ready or running job.",
-        )
+        messages.warning(request, left_alone(pk))
         return HttpResponseRedirect(changelist)
     job_page = reverse(model_admin.url_name("change", model_name="job"), args=[job_id])
     messages.success(
         request,
         format_html(
-            'Requeued dead letter #{} with edited arguments as job <a href="{}">#{}</a>.',
+            _('Requeued dead letter #{} with edited arguments as job <a href="{}">#{}</a>.'),
             pk,
             job_page,
             job_id,
@@ -102,7 +123,11 @@ def trail_html(model_admin, obj) -> str:
     one line per repair (when, who, what changed)."""
     lines = []
     if obj.replayed_from is not None:
-        lines.append(format_html("<p>Requeued from dead letter #{}.</p>", obj.replayed_from))
+        lines.append(
+            format_html(
+                "<p>{}</p>", _("Requeued from dead letter #%(id)s.") % {"id": obj.replayed_from}
+            )
+        )
     entries = obj.repairs if isinstance(obj.repairs, list) else []
     if entries:
         items = format_html_join(
@@ -115,7 +140,7 @@ def trail_html(model_admin, obj) -> str:
 def _entry(entry: dict) -> str:
     """One repair: when, who, what (and the arguments before and after, for an edit)."""
     text = format_html(
-        "{} by {}: {} (dead letter #{} of job #{})",
+        _("{} by {}: {} (dead letter #{} of job #{})"),
         entry.get("at", ""),
         entry.get("by", ""),
         entry.get("action", ""),
@@ -125,7 +150,7 @@ def _entry(entry: dict) -> str:
     if "args" not in entry:
         return text
     return format_html(
-        "{}; args {} → {}, kwargs {} → {}",
+        _("{}; args {} → {}, kwargs {} → {}"),
         text,
         _short(entry.get("args_before")),
         _short(entry.get("args")),
@@ -139,10 +164,6 @@ def _short(value, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-#: Highest replay rate the form accepts, in jobs per second.
-MAX_REPLAY_RATE = 10_000.0
-
-
 def replay_over_time(model_admin, request, queryset):
     """The changelist action "Replay over time": first a page asking the rate (jobs per second),
     then the selected dead letters requeued in one statement, due ``1 / rate`` seconds apart
@@ -152,7 +173,12 @@ def replay_over_time(model_admin, request, queryset):
     if rate is None:
         context = model_admin.page_context(
             request,
-            f"Replay {len(ids):,} dead letter{'s' if len(ids) != 1 else ''} over time",
+            ngettext(
+                "Replay %(n)s dead letter over time",
+                "Replay %(n)s dead letters over time",
+                len(ids),
+            )
+            % {"n": f"{len(ids):,}"},
             # "select all" of a filtered list: the same filter (the page's query string) again,
             # not thousands of ids in a form (DATA_UPLOAD_MAX_NUMBER_FIELDS)
             select_across=request.POST.get("select_across") == "1",
@@ -166,32 +192,43 @@ def replay_over_time(model_admin, request, queryset):
     scheduled = operations.requeue_dead_letters_spread(
         model_admin.connection(),
         ids,
-        1 / rate,
+        1 / rate.per_second,
         requested_by=f"admin user {request.user.get_username()!r}",
     )
     skipped = len(ids) - len(scheduled)
     if not scheduled:
-        messages.warning(request, "No dead letter was requeued: all were gone or held.")
+        messages.warning(request, NONE_REPLAYED)
         return None
-    last = max(run_after for _, run_after in scheduled)
-    seconds = (len(scheduled) - 1) / rate
-    done = (
-        f"Scheduled {len(scheduled):,} job{'s' if len(scheduled) != 1 else ''} at {rate:g}/s: "
-        f"the first is due now, the last at {display.local(last):%Y-%m-%d %H:%M:%S} "
-        f"(in {display.duration(seconds)})."
-    )
-    left = f"{skipped:,} selected dead letters were left alone ({GONE})." if skipped else ""
+    done = replay_message(len(scheduled), rate, max(run_after for _, run_after in scheduled))
+    left = letters_left_alone(skipped)
     model_admin.report(request, done, left, truncated)
     return None
 
 
-def _rate(text: str | None) -> tuple[float | None, str]:
+NONE_REPLAYED = gettext_lazy("No dead letter was requeued: all were gone or held.")
+
+
+def replay_message(count: int, rate: repair.Rate, last: datetime) -> str:
+    """What a staggered replay did (the admin's and ``pgjobs requeue --rate``'s words)."""
+    seconds = (count - 1) / rate.per_second
+    return ngettext(
+        "Scheduled %(n)s job at %(rate)s: the first is due now, the last at %(last)s "
+        "(in %(duration)s).",
+        "Scheduled %(n)s jobs at %(rate)s: the first is due now, the last at %(last)s "
+        "(in %(duration)s).",
+        count,
+    ) % {
+        "n": f"{count:,}",
+        "rate": rate.text,
+        "last": f"{display.local(last):%Y-%m-%d %H:%M:%S}",
+        "duration": display.duration(seconds),
+    }
+
+
+def _rate(text: str | None) -> tuple[repair.Rate | None, str]:
     if text is None:
         return None, ""
     try:
-        rate = float(text)
-    except ValueError:
-        return None, f"The rate must be a number of jobs per second, not {text!r}."
-    if not 0 < rate <= MAX_REPLAY_RATE:  # NaN fails too
-        return None, f"The rate must be more than 0 and at most {MAX_REPLAY_RATE:g} per second."
-    return rate, ""
+        return repair.parse_rate(text), ""
+    except ValueError as error:
+        return None, f"{str(error)[:1].upper()}{str(error)[1:]}."

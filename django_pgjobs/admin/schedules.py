@@ -15,12 +15,15 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext
 
 from .. import cron, registry, schedules
 from ..conf import get_config
 from ..models import DeadLetter, Job, Schedule, ScheduleFire
+from ..states import view_label
 from . import display
-from .base import CappedChangeList, CappedPaginator, plural
+from .base import CappedChangeList, CappedPaginator
 
 DEFINITION = ("job_name", "cron", "time_zone", "args", "kwargs", "catch_up")
 #: Fires shown on a schedule's page.
@@ -28,7 +31,9 @@ RECENT_FIRES = 20
 
 
 class ScheduleForm(forms.ModelForm):
-    job_name = forms.ChoiceField(help_text="A registered job.")
+    job_name = forms.ChoiceField(
+        label=gettext_lazy("Job name"), help_text=gettext_lazy("A registered job.")
+    )
 
     class Meta:
         model = Schedule
@@ -42,7 +47,7 @@ class ScheduleForm(forms.ModelForm):
         current = self.instance.job_name
         choices = [(name, name) for name in names]
         if current and current not in names:
-            choices.insert(0, (current, f"{current} (not registered)"))
+            choices.insert(0, (current, _("%(name)s (not registered)") % {"name": current}))
         self.fields["job_name"].choices = choices
 
     def clean_cron(self):
@@ -66,15 +71,19 @@ class ScheduleForm(forms.ModelForm):
         data = super().clean()
         args, kwargs = data.get("args"), data.get("kwargs")
         if "args" in data and not isinstance(args, list):
-            self.add_error("args", 'A JSON array, e.g. [1, "a"].')
+            self.add_error("args", _('A JSON array, e.g. [1, "a"].'))
         if "kwargs" in data and not isinstance(kwargs, dict):
-            self.add_error("kwargs", 'A JSON object, e.g. {"days": 7}.')
+            self.add_error("kwargs", _('A JSON object, e.g. {"days": 7}.'))
         name = data.get("job_name")
         if name in registry.registered() and isinstance(args, list) and isinstance(kwargs, dict):
             try:
                 registry.get(name).check_arguments(args, kwargs)
             except TypeError as error:
-                self.add_error(None, f"The arguments do not fit {name}: {error}")
+                self.add_error(
+                    None,
+                    _("The arguments do not fit %(name)s: %(error)s")
+                    % {"name": name, "error": error},
+                )
         return data
 
 
@@ -128,60 +137,51 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     # -- columns --------------------------------------------------------------------------------
 
-    @admin.display(description="job", ordering="job_name")
+    @admin.display(description=gettext_lazy("job"), ordering="job_name")
     def job(self, obj):
         known = registry.registered()
-        if obj.job_name in known:
-            if obj.source == "code" and known[obj.job_name].cron is None:
-                return format_html(
-                    '<span class="errornote" title="pgjobs.W003">{} (no longer declares cron=: '
-                    "fires nothing)</span>",
-                    display.short_name(obj.job_name),
-                )
-            problem = schedules.unfit(known[obj.job_name], obj.args, obj.kwargs)
-            if problem is not None:
-                return format_html(
-                    '<span class="errornote" title="pgjobs.W004">{} (arguments do not fit: {}; '
-                    "fires nothing)</span>",
-                    display.short_name(obj.job_name),
-                    problem,
-                )
-            return display.short_name(obj.job_name)
-        return format_html(
-            '<span class="errornote" title="pgjobs.W002">{} (job not registered: fires '
-            "nothing)</span>",
-            obj.job_name,
-        )
+        if obj.job_name not in known:
+            why = _("{} (job not registered: fires nothing)")
+            return _problem("pgjobs.W002", format_html(why, obj.job_name))
+        name = display.short_name(obj.job_name)
+        if obj.source == "code" and known[obj.job_name].cron is None:
+            why = _("{} (no longer declares cron=: fires nothing)")
+            return _problem("pgjobs.W003", format_html(why, name))
+        problem = schedules.unfit(known[obj.job_name], obj.args, obj.kwargs)
+        if problem is not None:
+            why = _("{} (arguments do not fit: {}; fires nothing)")
+            return _problem("pgjobs.W004", format_html(why, name, problem))
+        return name
 
-    @admin.display(description="time zone")
+    @admin.display(description=gettext_lazy("time zone"))
     def zone(self, obj):
         return schedules.time_zone_of(obj.time_zone)
 
-    @admin.display(description="active", boolean=True, ordering="paused")
+    @admin.display(description=gettext_lazy("active"), boolean=True, ordering="paused")
     def active(self, obj):
         return not obj.paused
 
-    @admin.display(description="next run", ordering="next_fire_at")
+    @admin.display(description=gettext_lazy("next run"), ordering="next_fire_at")
     def next_run(self, obj):
-        return "paused" if obj.paused else display.when(obj.next_fire_at)
+        return _("paused") if obj.paused else display.when(obj.next_fire_at)
 
-    @admin.display(description="last run", ordering="last_fire_at")
+    @admin.display(description=gettext_lazy("last run"), ordering="last_fire_at")
     def last_run(self, obj):
         return display.when(obj.last_fire_at)
 
-    @admin.display(description="last outcome")
+    @admin.display(description=gettext_lazy("last outcome"))
     def last_outcome(self, obj):
         if obj.last_job_id is None:
             return "-"
         return self._outcomes([obj.last_job_id])[obj.last_job_id]
 
-    @admin.display(description="recent runs (the jobs it produced)")
+    @admin.display(description=gettext_lazy("recent runs (the jobs it produced)"))
     def recent_fires(self, obj):
         fires = list(
             ScheduleFire.objects.using(get_config().DATABASE).filter(schedule=obj)[:RECENT_FIRES]
         )
         if not fires:
-            return "none yet"
+            return _("none yet")
         outcomes = self._outcomes([fire.job_id for fire in fires])
         return format_html(
             "<ul>{}</ul>",
@@ -189,7 +189,11 @@ class ScheduleAdmin(admin.ModelAdmin):
                 "",
                 "<li>{} {}: {}</li>",
                 (
-                    (display.when(f.fire_time), "(run now)" if f.manual else "", outcomes[f.job_id])
+                    (
+                        display.when(f.fire_time),
+                        _("(run now)") if f.manual else "",
+                        outcomes[f.job_id],
+                    )
                     for f in fires
                 ),
             ),
@@ -206,29 +210,30 @@ class ScheduleAdmin(admin.ModelAdmin):
         outcomes = {}
         for job_id in job_ids:
             if job_id is None:
-                outcomes[job_id] = "skipped (a job with its unique key was ready or running)"
+                outcomes[job_id] = _("skipped (a job with its unique key was ready or running)")
             elif job_id in jobs:
                 url = reverse("admin:django_pgjobs_job_change", args=[job_id])
                 outcomes[job_id] = format_html(
-                    '<a href="{}">job #{}: {}</a>', url, job_id, jobs[job_id]
+                    '<a href="{}">{}</a>', url, _job_is(job_id, view_label(jobs[job_id]))
                 )
             elif job_id in dead:
                 url = reverse("admin:django_pgjobs_deadletter_change", args=[dead[job_id]])
                 outcomes[job_id] = format_html(
-                    '<a href="{}">job #{}: dead-lettered</a>', url, job_id
+                    '<a href="{}">{}</a>', url, _job_is(job_id, view_label("dead-lettered"))
                 )
             else:
-                outcomes[job_id] = format_html("job #{}: finished", job_id)
+                outcomes[job_id] = _job_is(job_id, _("finished"))
         return outcomes
 
     # -- actions --------------------------------------------------------------------------------
 
-    @admin.action(description="Pause selected schedules", permissions=["change"])
+    @admin.action(description=gettext_lazy("Pause selected schedules"), permissions=["change"])
     def pause(self, request, queryset):
         count = queryset.filter(paused=False).update(paused=True, changed_at=timezone.now())
-        messages.success(request, f"Paused {plural(count, 'schedule')}.")
+        done = ngettext("Paused %(n)s schedule.", "Paused %(n)s schedules.", count)
+        messages.success(request, done % {"n": f"{count:,}"})
 
-    @admin.action(description="Resume selected schedules", permissions=["change"])
+    @admin.action(description=gettext_lazy("Resume selected schedules"), permissions=["change"])
     def resume(self, request, queryset):
         count = 0
         with transaction.atomic(using=get_config().DATABASE):
@@ -237,21 +242,43 @@ class ScheduleAdmin(admin.ModelAdmin):
                 row.next_fire_at = schedules.first_fire(row.cron, row.time_zone)  # none missed
                 row.save(update_fields=["paused", "changed_at", "next_fire_at"])
                 count += 1
-        messages.success(request, f"Resumed {plural(count, 'schedule')}.")
+        done = ngettext("Resumed %(n)s schedule.", "Resumed %(n)s schedules.", count)
+        messages.success(request, done % {"n": f"{count:,}"})
 
-    @admin.action(description="Run selected schedules now", permissions=["change"])
+    @admin.action(description=gettext_lazy("Run selected schedules now"), permissions=["change"])
     def run_now(self, request, queryset):
         connection = schedules.jobs_connection()
         for row in queryset:
             try:
                 definition = registry.get(row.job_name)
             except registry.UnknownJobError:
-                messages.error(request, f"{row.name}: job {row.job_name} is not registered.")
+                messages.error(
+                    request,
+                    _("%(schedule)s: job %(job)s is not registered.")
+                    % {"schedule": row.name, "job": row.job_name},
+                )
+                continue
+            if (problem := schedules.elsewhere(definition)) is not None:
+                messages.error(request, f"{row.name}: not run, {problem}.")
                 continue
             job_id = schedules.run_now(connection, row, definition)
             if job_id == schedules.SKIPPED:
                 messages.warning(
-                    request, f"{row.name}: not run, a job with its unique key is ready or running."
+                    request,
+                    _("%(schedule)s: not run, a job with its unique key is ready or running.")
+                    % {"schedule": row.name},
                 )
                 continue
-            messages.success(request, f"Ran {row.name} now: job #{job_id}.")
+            messages.success(
+                request,
+                _("Ran %(schedule)s now: job #%(id)s.") % {"schedule": row.name, "id": job_id},
+            )
+
+
+def _problem(check: str, text: str) -> str:
+    """A schedule's job cell when it fires nothing, titled with its system check's id."""
+    return format_html('<span class="errornote" title="{}">{}</span>', check, text)
+
+
+def _job_is(job_id: int, state) -> str:
+    return _("job #%(id)s: %(state)s") % {"id": job_id, "state": state}

@@ -22,12 +22,18 @@ from typing import Any
 from django.db.models import Func, TextField
 from django.db.models.functions import Cast
 from django.utils.html import format_html
+from django.utils.translation import gettext as _
 
 from .. import redaction
 
 #: Characters of a long value shown on its detail page (about 4 KB of JSON).
 PREVIEW_CHARS = 4096
 UNREADABLE = object()
+
+
+def not_shown() -> str:
+    """Why a value is not shown, in the current language."""
+    return _("(not shown: keys to redact may be inside, and the value cannot be read)")
 
 
 def stored_text(column: str) -> Cast:
@@ -110,7 +116,7 @@ class Preview:
         tells whether a text may hold something to redact, ``whole_text`` reads the column
         whole (only called when the head must be redacted and is not the whole value)."""
         if head is None:
-            return cls("(none: SQL NULL)")
+            return cls(_("(none: SQL NULL)"))
         head_bytes = len(head.encode())
         if head_bytes >= (total_bytes or 0):
             return cls._whole(head, redact, needs_redaction)
@@ -118,7 +124,7 @@ class Preview:
             return cls(head, total_bytes - head_bytes, total_bytes)
         value = loads(whole_text())
         if value is UNREADABLE:
-            return cls("(not shown: keys to redact may be inside, and the value cannot be read)")
+            return cls(not_shown())
         shown = json.dumps(redact(value), ensure_ascii=False)  # PostgreSQL's separators
         shown_bytes = len(shown.encode())
         cut = shown[:PREVIEW_CHARS]
@@ -132,21 +138,25 @@ class Preview:
             if shown is not None:
                 return cls(shown)
         if needs_redaction(text):
-            return cls("(not shown: keys to redact may be inside, and the value cannot be read)")
+            return cls(not_shown())
         return cls(text)  # as PostgreSQL prints it
 
     def html(self, whole_url: str) -> str:
         if not self.more_bytes:
             return format_html('<pre class="pgjobs-pre">{}</pre>', self.text)
         return format_html(
-            '<pre class="pgjobs-pre">{}…</pre><p class="pgjobs-more">{} more bytes not shown '
-            '(the first {} characters of {} bytes). <a href="{}">Open the whole value</a> '
-            "(JSON).</p>",
+            '<pre class="pgjobs-pre">{}…</pre><p class="pgjobs-more">{}</p>',
             self.text,
-            f"{self.more_bytes:,}",
-            f"{len(self.text):,}",
-            f"{self.total_bytes:,}",
-            whole_url,
+            format_html(
+                _(
+                    "{} more bytes not shown (the first {} characters of {} bytes). "
+                    '<a href="{}">Open the whole value</a> (JSON).'
+                ),
+                f"{self.more_bytes:,}",
+                f"{len(self.text):,}",
+                f"{self.total_bytes:,}",
+                whole_url,
+            ),
         )
 
 

@@ -10,10 +10,13 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext
 
 from ..models import DeadLetter, Job, Workflow
+from ..states import view_label
 from ..workflows import abort_workflow
-from .base import OperatorAdmin, plural, refuse_mutation, require_view
+from .base import OperatorAdmin, refuse_mutation, require_view
 
 
 def workflow_link(obj) -> str:
@@ -21,8 +24,14 @@ def workflow_link(obj) -> str:
     if not obj.workflow_id:
         return "-"
     url = reverse("admin:django_pgjobs_workflow_change", args=[obj.workflow_id])
-    step = "" if obj.workflow_step is None else f", step {obj.workflow_step + 1}"
-    return format_html('<a href="{}">workflow #{}{}</a>', url, obj.workflow_id, step)
+    if obj.workflow_step is None:
+        text = _("workflow #%(id)s") % {"id": obj.workflow_id}
+    else:
+        text = _("workflow #%(id)s, step %(step)s") % {
+            "id": obj.workflow_id,
+            "step": obj.workflow_step + 1,
+        }
+    return format_html('<a href="{}">{}</a>', url, text)
 
 
 class WorkflowAdmin(OperatorAdmin):
@@ -31,13 +40,18 @@ class WorkflowAdmin(OperatorAdmin):
     list_filter = ("state",)
     actions = ("abort_selected",)
 
-    @admin.display(description="step")
+    @admin.display(description=gettext_lazy("step"))
     def progress(self, obj):
         sizes = obj.sizes or []
         if obj.step >= len(sizes):
-            return f"{len(sizes)} of {len(sizes)} done"
+            return _("%(steps)s of %(steps)s done") % {"steps": len(sizes)}
         done = sizes[obj.step] - obj.remaining
-        return f"{obj.step + 1} of {len(sizes)} ({done}/{sizes[obj.step]} done)"
+        return _("%(step)s of %(steps)s (%(done)s/%(size)s done)") % {
+            "step": obj.step + 1,
+            "steps": len(sizes),
+            "done": done,
+            "size": sizes[obj.step],
+        }
 
     def get_urls(self):
         return [self.route("<int:object_id>/abort/", self.abort_view, "abort"), *super().get_urls()]
@@ -66,8 +80,7 @@ class WorkflowAdmin(OperatorAdmin):
             "progress": self.progress(workflow),
             "steps": _steps(workflow, jobs, dead),
             "shown": STEPS_SHOWN,
-            "can_abort": self.has_operate_permission(request)
-            and workflow.state in ("running", "failed"),
+            "can_abort": self.has_operate_permission(request) and _abortable(workflow, jobs),
         }
         return TemplateResponse(request, "admin/django_pgjobs/workflow.html", context)
 
@@ -76,29 +89,55 @@ class WorkflowAdmin(OperatorAdmin):
         if refused:
             return refused
         done = abort_workflow(object_id, using=self.database(), requested_by=_who(request))
-        messages.success(
-            request,
-            f"Aborted workflow #{object_id}: {plural(done['cancelled'], 'job')} cancelled, "
-            f"{plural(len(done['requested']), 'running job')} asked to stop."
-            if done["aborted"]
-            else f"Workflow #{object_id} had already finished.",
-        )
+        if done["aborted"]:
+            cancelled = ngettext(
+                "%(n)s job cancelled", "%(n)s jobs cancelled", done["cancelled"]
+            ) % {"n": f"{done['cancelled']:,}"}
+            asked = ngettext(
+                "%(n)s running job asked to stop",
+                "%(n)s running jobs asked to stop",
+                len(done["requested"]),
+            ) % {"n": f"{len(done['requested']):,}"}
+            text = _("Aborted workflow #%(id)s: %(cancelled)s, %(asked)s.") % {
+                "id": object_id,
+                "cancelled": cancelled,
+                "asked": asked,
+            }
+        else:
+            text = _("Workflow #%(id)s had already finished.") % {"id": object_id}
+        messages.success(request, text)
         return HttpResponseRedirect(reverse(self.url_name("change"), args=[object_id]))
 
-    @admin.action(description="Abort selected workflows", permissions=["operate"])
+    @admin.action(description=gettext_lazy("Abort selected workflows"), permissions=["operate"])
     def abort_selected(self, request, queryset):
         ids = list(queryset.values_list("id", flat=True))
         aborted = sum(
             abort_workflow(i, using=self.database(), requested_by=_who(request))["aborted"]
             for i in ids
         )
-        messages.success(request, f"Aborted {plural(aborted, 'workflow')}.")
+        messages.success(
+            request,
+            ngettext("Aborted %(n)s workflow.", "Aborted %(n)s workflows.", aborted)
+            % {"n": f"{aborted:,}"},
+        )
 
 
 #: Jobs listed on a workflow's page (a large group shows its first ones).
 STEPS_SHOWN = 500
 STEP_FIELDS = ("id", "name", "status", "attempts", "max_attempts", "workflow_step",
-               "workflow_member", "created_at", "started_at", "finished_at", "run_after")  # fmt: skip
+               "workflow_member", "created_at", "started_at", "finished_at", "run_after",
+               "abort_requested_at")  # fmt: skip
+
+
+def _abortable(workflow: Workflow, jobs: list[Job]) -> bool:
+    """Running or failed; or aborted with jobs left to stop (a cancelled step's group runs on):
+    as the statement ``abort_workflow`` decides."""
+    if workflow.state in ("running", "failed"):
+        return True
+    return workflow.state == "aborted" and any(
+        job.status == "ready" or (job.status == "running" and job.abort_requested_at is None)
+        for job in jobs
+    )
 
 
 def _who(request) -> str:
@@ -115,7 +154,7 @@ def _steps(workflow: Workflow, jobs: list[Job], dead: list[DeadLetter]) -> list[
                 "url": reverse("admin:django_pgjobs_job_change", args=[job.pk]),
                 "id": job.pk,
                 "name": job.name,
-                "state": job.status,
+                "state": view_label(job.status),
                 "attempts": f"{job.attempts}/{job.max_attempts}",
                 "started": job.started_at,
                 "finished": job.finished_at,
@@ -128,7 +167,7 @@ def _steps(workflow: Workflow, jobs: list[Job], dead: list[DeadLetter]) -> list[
                 "url": reverse("admin:django_pgjobs_deadletter_change", args=[letter.pk]),
                 "id": letter.job_id,
                 "name": letter.name,
-                "state": "dead-lettered",
+                "state": view_label("dead-lettered"),
                 "attempts": "",
                 "started": letter.started_at,
                 "finished": letter.failed_at,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 #: Longest topic (an AMQP routing key is at most 255 bytes; a NATS subject has no fixed limit).
 TOPIC_MAX = 255
@@ -26,25 +27,37 @@ class OutboxEvent(models.Model):
     events through ``publish()`` only: the relay finds a key's events through its ``OutboxKey``
     row, which ``publish()`` makes."""
 
-    id = models.BigAutoField(primary_key=True)
-    topic = models.CharField(max_length=TOPIC_MAX, help_text="Routing key or subject.")
+    id = models.BigAutoField(verbose_name=_("id"), primary_key=True)
+    topic = models.CharField(
+        verbose_name=_("topic"), max_length=TOPIC_MAX, help_text=_("Routing key or subject.")
+    )
     key = models.CharField(  # noqa: DJ001 (NULL: no order asked)
-        max_length=KEY_MAX, null=True, blank=True, help_text="Events of one key keep their order."
+        verbose_name=_("key"),
+        max_length=KEY_MAX,
+        null=True,
+        blank=True,
+        help_text=_("Events of one key keep their order."),
     )
     payload = models.JSONField()
     headers = models.JSONField(default=dict)
-    created_at = models.DateTimeField(default=timezone.now)
+    created_at = models.DateTimeField(verbose_name=_("created at"), default=timezone.now)
     available_at = models.DateTimeField(
-        default=timezone.now, help_text="Not tried before this time (backoff after a failure)."
+        verbose_name=_("available at"),
+        default=timezone.now,
+        help_text=_("Not tried before this time (backoff after a failure)."),
     )
-    attempts = models.IntegerField(default=0, help_text="Failed tries (broker unreachable).")
-    last_error = models.TextField(blank=True, default="")
+    attempts = models.IntegerField(
+        verbose_name=_("attempts"), default=0, help_text=_("Failed tries (broker unreachable).")
+    )
+    last_error = models.TextField(verbose_name=_("last error"), blank=True, default="")
     claimed_until = models.DateTimeField(
-        null=True, blank=True, help_text="A relay holds the event until then."
+        null=True, blank=True, help_text=_("A relay holds the event until then.")
     )
     claim_token = models.UUIDField(null=True, blank=True)
 
     class Meta:
+        verbose_name = _("outbox event")
+        verbose_name_plural = _("outbox events")
         db_table = "pgjobs_outbox_event"
         ordering = ["id"]
         indexes = [
@@ -73,17 +86,21 @@ class OutboxDeadLetter(models.Model):
     """An event the broker refused (unroutable, no stream for the subject, rejected): kept with
     the broker's answer; the events after it of its key went on."""
 
-    id = models.BigIntegerField(primary_key=True, help_text="The event's id (its message id).")
-    topic = models.CharField(max_length=TOPIC_MAX)
-    key = models.CharField(max_length=KEY_MAX, null=True, blank=True)  # noqa: DJ001
+    id = models.BigIntegerField(
+        verbose_name=_("id"), primary_key=True, help_text=_("The event's id (its message id).")
+    )
+    topic = models.CharField(verbose_name=_("topic"), max_length=TOPIC_MAX)
+    key = models.CharField(verbose_name=_("key"), max_length=KEY_MAX, null=True, blank=True)  # noqa: DJ001
     payload = models.JSONField()
     headers = models.JSONField(default=dict)
-    created_at = models.DateTimeField()
-    attempts = models.IntegerField(default=0)
-    error = models.TextField()
-    failed_at = models.DateTimeField(default=timezone.now)
+    created_at = models.DateTimeField(verbose_name=_("created at"))
+    attempts = models.IntegerField(verbose_name=_("attempts"), default=0)
+    error = models.TextField(verbose_name=_("error"))
+    failed_at = models.DateTimeField(verbose_name=_("failed at"), default=timezone.now)
 
     class Meta:
+        verbose_name = _("outbox dead letter")
+        verbose_name_plural = _("outbox dead letters")
         db_table = "pgjobs_outbox_deadletter"
         ordering = ["-failed_at", "-id"]
 

@@ -749,25 +749,67 @@ ORDER BY j.kept_waiting_key, j.id
 -- part: fail_workflows
 -- CTEs after `moved` (jobs leaving for the dead-letter table, with their `reason`): a workflow
 -- one of them belongs to fails with that reason, and its later steps (still 'blocked') are
--- cancelled. The other jobs of the failed step (a group's members) run on and are counted;
--- requeueing the dead letter (requeue_dead_letters) resumes the workflow.
-failed_workflows AS (
+-- cancelled (end_workflows). The other jobs of the failed step (a group's members) run on and
+-- are counted; requeueing the dead letter (requeue_dead_letters) resumes the workflow.
+ended AS (
+    SELECT workflow_id, workflow_step, name, id, 'failed' AS outcome,
+           'was dead-lettered: ' || reason AS reason
+    FROM moved WHERE workflow_id IS NOT NULL
+),
+{{end_workflows}}
+
+-- part: end_workflows
+-- CTEs after `ended` (steps of workflows that will not succeed: their workflow, step, name,
+-- id, the workflow's new state `outcome`, and what happened, `reason`): each running workflow
+-- among them ends in that state, its reason naming the first of its steps ended, and its later
+-- steps (still 'blocked') are cancelled. The other jobs of the ended step (a group's members)
+-- run on and are counted, releasing nothing: the step after a group (its callback) never runs.
+ended_workflows AS (
     UPDATE pgjobs_workflow AS w
-    SET state = 'failed', finished_at = now(),
-        reason = 'step ' || m.workflow_step || ' (' || m.name || ' #' || m.id
-                 || ') was dead-lettered: ' || m.reason
-    FROM (SELECT DISTINCT ON (workflow_id) workflow_id, workflow_step, name, id, reason
-          FROM moved WHERE workflow_id IS NOT NULL ORDER BY workflow_id, id) AS m
-    WHERE w.id = m.workflow_id AND w.state = 'running'
+    SET state = e.outcome, finished_at = now(),
+        reason = 'step ' || e.workflow_step || ' (' || e.name || ' #' || e.id || ') ' || e.reason
+    FROM (SELECT DISTINCT ON (workflow_id) workflow_id, workflow_step, name, id, outcome, reason
+          FROM ended ORDER BY workflow_id, id) AS e
+    WHERE w.id = e.workflow_id AND w.state = 'running'
     RETURNING w.id
 ),
 cancelled_steps AS (
     UPDATE pgjobs_job AS j
     SET status = 'cancelled'
-    FROM (SELECT DISTINCT workflow_id FROM moved WHERE workflow_id IS NOT NULL) AS m
-    WHERE j.workflow_id = m.workflow_id AND j.status = 'blocked'
+    FROM (SELECT DISTINCT workflow_id FROM ended) AS e
+    WHERE j.workflow_id = e.workflow_id AND j.status = 'blocked'
+      AND j.id NOT IN (SELECT id FROM ended)
     RETURNING j.id
 )
+
+-- part: stop_workflow_steps
+-- CTEs after `targets` (the ids of jobs an operator cancels, with `%(reason)s`: by whom): the
+-- waiting steps of workflows among them (ready or blocked) are not deleted but cancelled, and
+-- their workflows end as aborted (end_workflows). Their workflow rows are locked first, in id
+-- order, as the statements that complete steps lock them (advance_workflows), so the two never
+-- deadlock: the release of a step waits for the cancel, or the cancel for the release, and then
+-- cancels the job it made ready.
+step_workflows AS (
+    SELECT w.id FROM pgjobs_workflow AS w
+    WHERE w.id IN (SELECT j.workflow_id FROM pgjobs_job AS j
+                   WHERE j.id IN (SELECT id FROM targets) AND j.workflow_id IS NOT NULL)
+    ORDER BY w.id
+    FOR UPDATE
+),
+stopped AS (
+    UPDATE pgjobs_job AS j
+    SET status = 'cancelled'
+    WHERE j.id IN (SELECT id FROM targets) AND j.workflow_id IS NOT NULL
+      AND j.status IN ('ready', 'blocked')
+      AND (SELECT count(*) FROM step_workflows) >= 0
+    RETURNING j.id, j.workflow_id, j.workflow_step, j.name
+),
+ended AS (
+    SELECT workflow_id, workflow_step, name, id, 'aborted' AS outcome,
+           'was ' || %(reason)s::text AS reason
+    FROM stopped
+),
+{{end_workflows}}
 
 -- name: release_jobs
 -- Hand claimed-but-unstarted jobs back without spending their attempt (graceful shutdown):
@@ -1022,8 +1064,11 @@ flow_woken AS (
 -- same for a key of the scope 'waiting' (`waiting_key`): held by a waiting job, the dead letter
 -- stays; requeued, the job waits holding its key again (pgjobs_job_waiting_key).
 -- `spacing`: seconds between the jobs' due times, oldest dead letter first (0: all due now;
--- a staggered replay spreads them at an operator's rate). `requested_by` (NULL: none) adds an
--- entry to each job's audit trail (`repairs`): who, `action`, when. Returns each job's due time.
+-- a staggered replay spreads them at an operator's rate). `previous_due` (NULL: none): the due
+-- time of the last job of the replay's previous batch; the first job of this one is due `spacing`
+-- after it (or now, when that has passed), so batch after batch keeps the rate. `requested_by`
+-- (NULL: none) adds an entry to each job's audit trail (`repairs`): who, `action`, when. Returns
+-- each job's due time.
 WITH picked AS (
     SELECT id
     FROM (
@@ -1056,7 +1101,9 @@ inserted AS (
                             repairs, version, workflow_id, workflow_step, workflow_member,
                             flow_key)
     SELECT name, queue, priority, args, kwargs, 'ready',
-           now() + place * %(spacing)s::float8 * interval '1 second', 0, max_attempts,
+           GREATEST(now(), %(previous_due)s::timestamptz
+                           + %(spacing)s::float8 * interval '1 second')
+           + place * %(spacing)s::float8 * interval '1 second', 0, max_attempts,
            unique_key, waiting_key, waiting_key, timeout, now(), '', errors, keep_result,
            task_backend, id,
            repairs || CASE WHEN %(requested_by)s::text IS NULL THEN '[]'::jsonb
@@ -1070,13 +1117,27 @@ inserted AS (
     RETURNING id, queue, run_after, flow_key
 ),
 {{requeue_flow_keys}},
+{{resume_workflows}},
+woken AS (
+    SELECT pg_notify('pgjobs', queue) FROM (SELECT DISTINCT queue FROM inserted) AS queues
+)
+SELECT inserted.id, inserted.run_after
+FROM inserted, (SELECT count(*) FROM woken) AS notified,
+     (SELECT count(*) FROM flow_woken) AS flow_notified;
+
+-- part: resume_workflows
+-- CTEs after `moved` (dead letters leaving for pgjobs_job, with their workflow): the workflows
+-- of requeued steps run again once none of their steps is left in the dead letters (a group
+-- whose members were all dead-lettered resumes with the requeue of its last one; before, each
+-- requeued member runs and is counted, the workflow stays failed): what was cancelled waits
+-- again, the current step's jobs ready, the later steps blocked until the count releases them.
 resumed AS (
-    -- the workflows of requeued steps run again: what was cancelled waits again (the current
-    -- step's jobs ready, the later steps blocked until the count releases them)
     UPDATE pgjobs_workflow AS w
     SET state = 'running', reason = '', finished_at = NULL
     FROM (SELECT DISTINCT workflow_id FROM moved WHERE workflow_id IS NOT NULL) AS m
     WHERE w.id = m.workflow_id AND w.state IN ('failed', 'aborted')
+      AND NOT EXISTS (SELECT 1 FROM pgjobs_deadletter AS d
+                      WHERE d.workflow_id = w.id AND d.id NOT IN (SELECT id FROM moved))
     RETURNING w.id, w.step
 ),
 uncancelled AS (
@@ -1086,20 +1147,16 @@ uncancelled AS (
     FROM resumed AS r
     WHERE j.workflow_id = r.id AND j.status = 'cancelled'
     RETURNING pg_notify('pgjobs', j.queue)
-),
-woken AS (
-    SELECT pg_notify('pgjobs', queue) FROM (SELECT DISTINCT queue FROM inserted) AS queues
 )
-SELECT inserted.id, inserted.run_after
-FROM inserted, (SELECT count(*) FROM woken) AS notified,
-     (SELECT count(*) FROM flow_woken) AS flow_notified;
 
 -- name: requeue_edited_dead_letter
 -- Requeue one dead letter with new arguments (checked by the caller), in one statement: the dead
 -- letter disappears exactly when its job appears, as in requeue_dead_letters. The new job links
 -- back to the dead letter (`replayed_from`) and its audit trail (`repairs`) gains one entry: who
--- changed what, and when. No row: the dead letter is gone (requeued or deleted by someone else),
--- or its unique key is held by a ready or running job.
+-- changed what, and when. A step of a workflow keeps its workflow, step and place, and its
+-- workflow resumes as with requeue_dead_letters (resume_workflows). No row: the dead letter is
+-- gone (requeued or deleted by someone else), or its unique key is held by a ready or running
+-- job.
 WITH moved AS (
     DELETE FROM pgjobs_deadletter AS d
     WHERE d.id = %(id)s AND d.name = %(name)s
@@ -1113,7 +1170,7 @@ inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
                             max_attempts, unique_key, timeout, created_at, worker, errors,
                             keep_result, task_backend, replayed_from, repairs, version,
-                            flow_key)
+                            workflow_id, workflow_step, workflow_member, flow_key)
     SELECT name, queue, priority, %(args)s::jsonb, %(kwargs)s::jsonb, 'ready', now(), 0,
            max_attempts, unique_key, timeout, now(), '', errors, keep_result, task_backend, id,
            repairs || jsonb_build_array(jsonb_build_object(
@@ -1121,11 +1178,12 @@ inserted AS (
                'by', %(by)s::text, 'action', 'edit and requeue', 'dead_letter', id,
                'job_id', job_id, 'args_before', args, 'kwargs_before', kwargs,
                'args', %(args)s::jsonb, 'kwargs', %(kwargs)s::jsonb)),
-           %(version)s::int, flow_key
+           %(version)s::int, workflow_id, workflow_step, workflow_member, flow_key
     FROM moved
     RETURNING id, queue, run_after, flow_key
 ),
-{{requeue_flow_keys}}
+{{requeue_flow_keys}},
+{{resume_workflows}}
 SELECT inserted.id, pg_notify('pgjobs', inserted.queue) IS NULL AS _notified
 FROM inserted, (SELECT count(*) FROM flow_woken) AS flow_notified;
 
@@ -1224,26 +1282,38 @@ woken AS (
 SELECT due.id FROM due, (SELECT count(*) FROM woken) AS notified;
 
 -- name: cancel_jobs
--- Delete jobs that are still waiting (never a running one: its worker owns it).
-DELETE FROM pgjobs_job
-WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready'
-RETURNING id;
+-- Cancel jobs that are still waiting (never a running one: its worker owns it): delete them,
+-- or, a step of a workflow (ready or blocked), keep it as 'cancelled' and end its workflow as
+-- aborted, `reason` saying by whom, its later steps cancelled (stop_workflow_steps).
+WITH targets AS (SELECT unnest(%(ids)s::bigint[]) AS id),
+{{stop_workflow_steps}},
+deleted AS (
+    DELETE FROM pgjobs_job
+    WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready' AND workflow_id IS NULL
+    RETURNING id
+)
+SELECT id FROM deleted UNION ALL SELECT id FROM stopped;
 
 -- name: abort_jobs
 -- Abort jobs: request the abort of running ones (kept: the first request's time and requester)
 -- and wake the workers listening on pgjobs_abort (payload: the job id; sent at commit), and,
--- when `cancel_waiting`, delete the ones still waiting (as cancel_jobs). Returns the ids of each.
--- Both CTEs see one snapshot and touch disjoint rows; a job claimed or retried between that
--- snapshot and its row lock is in neither, but in `eligible` (what the snapshot showed), and
--- operations.abort_jobs runs the statement again for it.
+-- when `cancel_waiting`, cancel the ones still waiting (as cancel_jobs: a step of a workflow is
+-- kept as 'cancelled' and its workflow aborted). Returns the ids of each.
+-- The CTEs see one snapshot and touch disjoint rows; a job claimed or retried between that
+-- snapshot and its row lock is in none, but in `eligible` (what the snapshot showed), and
+-- operations.abort_jobs runs the statement again for it. The running rows are locked first
+-- (the result lists `requested` first), then the workflows, as a completion locks them.
 WITH eligible AS (
     SELECT id FROM pgjobs_job
     WHERE id = ANY(%(ids)s::bigint[])
-      AND (status = 'running' OR (status = 'ready' AND %(cancel_waiting)s))
+      AND (status = 'running' OR (status IN ('ready', 'blocked') AND %(cancel_waiting)s))
 ),
+targets AS (SELECT id FROM unnest(%(ids)s::bigint[]) AS id WHERE %(cancel_waiting)s),
+{{stop_workflow_steps}},
 cancelled AS (
     DELETE FROM pgjobs_job
-    WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready' AND %(cancel_waiting)s
+    WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready' AND workflow_id IS NULL
+      AND %(cancel_waiting)s
     RETURNING id
 ),
 requested AS (
@@ -1256,29 +1326,72 @@ requested AS (
 woken AS (
     SELECT pg_notify('pgjobs_abort', id::text) FROM requested
 )
-SELECT ARRAY(SELECT id FROM cancelled) AS cancelled, ARRAY(SELECT id FROM requested) AS requested,
+SELECT ARRAY(SELECT id FROM requested) AS requested,
+       ARRAY(SELECT id FROM cancelled UNION ALL SELECT id FROM stopped) AS cancelled,
        ARRAY(SELECT id FROM eligible) AS eligible, (SELECT count(*) FROM woken) AS notified;
 
 -- name: abort_workflow
--- Abort a workflow: it is marked aborted (with who asked), its waiting jobs (ready or blocked)
--- are cancelled, and the ids of its running jobs come back (operations.abort_jobs requests
--- their abort). A job that finishes anyway is counted but releases nothing.
+-- Abort a workflow (running, failed, or aborted with jobs left to stop: an operator cancelled
+-- one step and the others of its group run on): it is marked aborted (with who asked) and its
+-- waiting jobs (ready or blocked) are cancelled, the workflow row locked first (as a completion
+-- locks it: a step released meanwhile is cancelled too). Its running jobs are asked to stop by
+-- the next statements (workflow_running_jobs, then abort_jobs), which see what was claimed while
+-- this one ran. A job that finishes anyway is counted but releases nothing.
 WITH aborted AS (
     UPDATE pgjobs_workflow
     SET state = 'aborted', finished_at = now(),
         reason = 'aborted at the request of ' || %(requested_by)s::text
-    WHERE id = %(id)s AND state IN ('running', 'failed')
+    WHERE id = %(id)s
+      AND (state IN ('running', 'failed')
+           OR (state = 'aborted' AND EXISTS (SELECT 1 FROM pgjobs_job
+                                             WHERE workflow_id = %(id)s
+                                               AND (status = 'ready'
+                                                    OR (status = 'running'
+                                                        AND abort_requested_at IS NULL)))))
     RETURNING id
 ),
 cancelled AS (
     UPDATE pgjobs_job
     SET status = 'cancelled'
     WHERE workflow_id = %(id)s AND status IN ('ready', 'blocked')
+      AND EXISTS (SELECT 1 FROM aborted)
     RETURNING id
 )
-SELECT EXISTS (SELECT 1 FROM aborted) AS aborted, (SELECT count(*) FROM cancelled) AS cancelled,
-       ARRAY(SELECT id FROM pgjobs_job WHERE workflow_id = %(id)s AND status = 'running')
-           AS running;
+SELECT EXISTS (SELECT 1 FROM aborted) AS aborted, (SELECT count(*) FROM cancelled) AS cancelled;
+
+-- name: workflow_running_jobs
+-- The ids of a workflow's running jobs (held ones included), in a snapshot of their own.
+SELECT id FROM pgjobs_job WHERE workflow_id = %(id)s AND status = 'running' ORDER BY id;
+
+-- name: prune_workflows
+-- Delete one bounded batch (`limit`) of workflows finished more than `keep_seconds` ago, oldest
+-- first, with their steps that never ran ('cancelled'): only those none of whose jobs is left
+-- but cancelled ones (a job still running, or kept as successful, keeps its workflow; it goes
+-- with the job's own retention) and none of whose steps is a dead letter (requeueing it resumes
+-- the workflow: the workflow stays as long as the dead letter; each run looks such workflows over
+-- again, about 0.2 s per 100,000 of them, so DEAD_LETTER_MAX_AGE_SECONDS bounds that). A dead
+-- letter requeued meanwhile is still seen by this statement's snapshot. Several workers prune at
+-- once: SKIP LOCKED.
+WITH doomed AS (
+    SELECT w.id FROM pgjobs_workflow AS w
+    WHERE w.finished_at < now() - %(keep_seconds)s::float8 * interval '1 second'
+      AND w.state <> 'running'
+      AND NOT EXISTS (SELECT 1 FROM pgjobs_job AS j
+                      WHERE j.workflow_id = w.id AND j.status <> 'cancelled')
+      AND NOT EXISTS (SELECT 1 FROM pgjobs_deadletter AS d WHERE d.workflow_id = w.id)
+    ORDER BY w.finished_at
+    LIMIT %(limit)s::int
+    FOR UPDATE SKIP LOCKED
+),
+steps AS (
+    DELETE FROM pgjobs_job AS j USING doomed
+    WHERE j.workflow_id = doomed.id AND j.status = 'cancelled'
+    RETURNING j.id
+),
+deleted AS (
+    DELETE FROM pgjobs_workflow AS w USING doomed WHERE w.id = doomed.id RETURNING w.id
+)
+SELECT (SELECT count(*) FROM deleted) AS workflows, (SELECT count(*) FROM steps) AS jobs;
 
 -- Statements of the admin dashboard and the per-minute queue statistics (pgjobs_stat).
 
@@ -1419,11 +1532,14 @@ CROSS JOIN LATERAL (
 -- name: job_queue_names
 -- Distinct queues of pgjobs_job, dead letters, paused queues and recent statistics. The two
 -- big tables are read with a loose index scan (one index probe per distinct queue), so the cost
--- follows the number of queues, not of rows.
+-- follows the number of queues, not of rows. pgjobs_job_queue_idx leaves running rows out (the
+-- claim writes no entry in it): their queues come from the lease index, as many rows as the
+-- workers hold.
 WITH RECURSIVE job_queues(queue) AS (
-    (SELECT queue FROM pgjobs_job ORDER BY queue LIMIT 1)
+    (SELECT queue FROM pgjobs_job WHERE status <> 'running' ORDER BY queue LIMIT 1)
     UNION ALL
-    SELECT (SELECT j.queue FROM pgjobs_job AS j WHERE j.queue > job_queues.queue
+    SELECT (SELECT j.queue FROM pgjobs_job AS j
+            WHERE j.queue > job_queues.queue AND j.status <> 'running'
             ORDER BY j.queue LIMIT 1)
     FROM job_queues WHERE job_queues.queue IS NOT NULL
 ),
@@ -1435,6 +1551,7 @@ dead_queues(queue) AS (
     FROM dead_queues WHERE dead_queues.queue IS NOT NULL
 )
 SELECT queue AS name FROM job_queues WHERE queue IS NOT NULL
+UNION SELECT queue FROM pgjobs_job WHERE status = 'running'
 UNION SELECT queue FROM dead_queues WHERE queue IS NOT NULL
 UNION SELECT name FROM pgjobs_queue
 UNION SELECT queue FROM pgjobs_stat WHERE minute > now() - interval '1 hour'

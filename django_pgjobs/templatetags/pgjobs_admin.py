@@ -8,7 +8,7 @@ from pathlib import Path
 import django.contrib.admin
 from django import template
 
-from ..admin import display
+from ..admin import databases, display
 
 register = template.Library()
 
@@ -52,3 +52,14 @@ def pgjobs_breadcrumbs(context, *trail):
         "steps": steps,
         "here": trail[-1] if trail else "",
     }
+
+
+@register.inclusion_tag("admin/django_pgjobs/includes/databases.html")
+def pgjobs_databases(model_admin, links: bool = True) -> dict:
+    """With queues on several databases: which one the page shows, and (``links``) a link to
+    each other one (``admin/databases.py``). Nothing with one database, or on the pages of what
+    lives on ``PGJOBS["DATABASE"]`` alone (the outbox)."""
+    if not getattr(model_admin, "on_every_database", False):
+        return {"databases": []}
+    found = databases.switcher()
+    return {"databases": found if links else [entry for entry in found if entry[2]]}

@@ -172,6 +172,7 @@ class Worker:
                     keep_succeeded_seconds=o.keep_succeeded,
                     keep_results_seconds=o.keep_results,
                     dead_letters=DeadLetterRetention(*o.dead_letter_retention),
+                    keep_workflows_seconds=o.keep_workflows,
                 ),
             ),
             *(

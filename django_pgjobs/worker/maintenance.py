@@ -238,15 +238,18 @@ class PruneConfig:
     keep_results_seconds: float = 7 * 24 * 3600.0  # KEEP_RESULTS_SECONDS
     limit: int = 10_000  # most rows deleted per run
     dead_letters: DeadLetterRetention = DeadLetterRetention()
+    keep_workflows_seconds: float = 7 * 24 * 3600.0  # KEEP_WORKFLOWS_SECONDS
 
 
 class Pruner(AtStartThenJittered):
     """Deletes the successful jobs kept past their retention: ``keep_succeeded_seconds``, or
     ``keep_results_seconds`` for jobs that kept their result (always: those are kept whatever
     ``KEEP_SUCCEEDED_SECONDS`` says), the throttle windows past their end
-    (``models.ThrottleWindow``), the flow keys idle for a day (``flow.prune_flow_keys``), and the dead letters past their retention (``DEAD_LETTER_MAX_*``
-    settings: bounded batches, one worker at a time, ``operations.prune_dead_letters``).
-    Returns how many rows it deleted."""
+    (``models.ThrottleWindow``), the flow keys idle for a day (``flow.prune_flow_keys``), the
+    dead letters past their retention (``DEAD_LETTER_MAX_*`` settings: bounded batches, one
+    worker at a time, ``operations.prune_dead_letters``), and the workflows finished
+    ``keep_workflows_seconds`` ago (``retention.prune_workflows``, bounded batches). Returns how
+    many rows it deleted."""
 
     def __init__(self, db: DispatcherDatabase, config: PruneConfig) -> None:
         self.db, self.config = db, config
@@ -262,7 +265,18 @@ class Pruner(AtStartThenJittered):
             + operations.prune_throttle_windows(connection)
             + flow.prune_flow_keys(connection)
             + self.prune_dead_letters(connection)
+            + self.prune_workflows(connection)
         )
+
+    def prune_workflows(self, connection) -> int:
+        pruned = retention.prune_workflows(connection, self.config.keep_workflows_seconds)
+        if pruned.workflows:
+            logger.info(
+                "pruned %d finished workflows (and %d of their cancelled steps)",
+                pruned.workflows,
+                pruned.jobs,
+            )
+        return pruned.workflows + pruned.jobs
 
     def prune_dead_letters(self, connection) -> int:
         """Batches until none is left past retention, another worker holds the pruning, or
@@ -270,17 +284,14 @@ class Pruner(AtStartThenJittered):
         policy = self.config.dead_letters
         if not policy.on:
             return 0
-        pruned = 0
-        for _ in range(policy.max_batches):
-            batch = retention.prune_dead_letters(
-                connection, policy.max_age_seconds, policy.max_per_name, policy.batch
-            )
-            pruned += batch.pruned
-            if not batch.held or batch.pruned < policy.batch:
-                break
-        if pruned:
-            logger.info("pruned %d dead letters past their retention", pruned)
-        return pruned
+        return retention.prune_in_batches(
+            connection,
+            policy.max_age_seconds,
+            policy.max_per_name,
+            policy.batch,
+            log=logger,
+            max_batches=policy.max_batches,
+        ).pruned
 
 
 # -- counts -------------------------------------------------------------------------------------

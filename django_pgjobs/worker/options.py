@@ -50,6 +50,7 @@ class WorkerOptions:
     rescue_interval: float
     keep_succeeded: float
     keep_results: float
+    keep_workflows: float
     dead_letter_retention: tuple[float | None, int | None, int]  # max age, max per name, batch
     max_stuck: int
     max_result_bytes: int
@@ -78,11 +79,14 @@ class WorkerOptions:
         schedules: bool | None = None,
         liveness_file: str | os.PathLike | None = None,
         only_ids: Sequence[int] | None = None,
+        database: str | None = None,
     ) -> WorkerOptions:
         """``ValueError`` naming the option for any value out of its range."""
         config = get_config()
+        checked = _queues(queues)
+        alias = _database(config, database, checked)
         return cls(
-            queues=_queues(queues),
+            queues=checked,
             concurrency=check_count("concurrency", concurrency, 1),
             async_concurrency=check_count(
                 "async_concurrency", _default(async_concurrency, config.ASYNC_CONCURRENCY), 1
@@ -103,11 +107,13 @@ class WorkerOptions:
             install_signal_handlers=bool(install_signal_handlers) and not inline,
             inline=bool(inline),
             # a burst worker (run_jobs() in a test, a drain) runs what was enqueued, not the
-            # recurring jobs: it would write schedule rows and enqueue jobs nobody asked for
-            schedules=not burst if schedules is None else bool(schedules),
+            # recurring jobs: it would write schedule rows and enqueue jobs nobody asked for;
+            # the schedules live on PGJOBS["DATABASE"] alone (docs/howto/databases.md)
+            schedules=(not burst if schedules is None else bool(schedules))
+            and alias == config.DATABASE,
             liveness_file=None if liveness_file is None else _liveness_file(liveness_file),
             only_ids=None if only_ids is None else tuple(int(i) for i in only_ids),
-            **_from_settings(config, inline),
+            **_from_settings(config, inline, alias),
         )
 
     @property
@@ -116,15 +122,16 @@ class WorkerOptions:
         return max(self.lease_seconds, 5 * self.heartbeat_seconds)
 
 
-def _from_settings(config, inline: bool) -> dict:
+def _from_settings(config, inline: bool, alias: str) -> dict:
     """The options the parts take from the settings (``PGJOBS``)."""
     return dict(
-        alias=config.DATABASE,
+        alias=alias,
         lease_seconds=config.LEASE_SECONDS,
         heartbeat_seconds=config.HEARTBEAT_SECONDS,
         rescue_interval=config.RESCUE_INTERVAL_SECONDS,
         keep_succeeded=config.KEEP_SUCCEEDED_SECONDS,
         keep_results=config.KEEP_RESULTS_SECONDS,
+        keep_workflows=config.KEEP_WORKFLOWS_SECONDS,
         dead_letter_retention=(
             config.DEAD_LETTER_MAX_AGE_SECONDS,
             config.DEAD_LETTER_MAX_PER_NAME,
@@ -135,7 +142,8 @@ def _from_settings(config, inline: bool) -> dict:
         unknown_job_grace=config.UNKNOWN_JOB_GRACE_SECONDS,
         release=config.RELEASE,
         misfire_grace=config.SCHEDULE_MISFIRE_GRACE_SECONDS,
-        outbox_publisher="" if inline else config.OUTBOX_PUBLISHER,  # the caller's thread only
+        # the caller's thread only; and the outbox lives on PGJOBS["DATABASE"] alone
+        outbox_publisher="" if inline or alias != config.DATABASE else config.OUTBOX_PUBLISHER,
     )
 
 
@@ -146,6 +154,37 @@ def _queues(queues: Sequence[str] | None) -> tuple[str, ...] | None:
     if isinstance(queues, str):
         raise ValueError(f"queues must be a list of queue names, not the string {queues!r}")
     return tuple(check_queue(queue) for queue in queues) or None
+
+
+def _database(config, database: str | None, queues: tuple[str, ...] | None) -> str:
+    """The one database the worker serves: ``database``, else its queues' (``routing``), else
+    ``PGJOBS["DATABASE"]``. ``ValueError`` for queues of two databases, or of another one."""
+    routes = config.QUEUE_DATABASES
+    homes = {queue: routes.get(queue, config.DATABASE) for queue in queues or ()}
+    if database is not None:
+        if database not in (config.DATABASE, *routes.values()):
+            raise ValueError(
+                f"database: {database!r} holds no queue: it is neither PGJOBS['DATABASE'] "
+                f"({config.DATABASE!r}) nor one of PGJOBS['QUEUE_DATABASES']"
+            )
+        elsewhere = sorted(queue for queue, home in homes.items() if home != database)
+        if elsewhere:
+            raise ValueError(
+                f"queues {', '.join(elsewhere)} live on another database than {database!r} "
+                f"(PGJOBS['QUEUE_DATABASES']): a worker serves the queues of one database"
+            )
+        return database
+    aliases = sorted(set(homes.values()))
+    if len(aliases) > 1:
+        where = "; ".join(
+            f"{alias}: {', '.join(q for q, home in homes.items() if home == alias)}"
+            for alias in aliases
+        )
+        raise ValueError(
+            f"a worker serves the queues of one database, and these live on {len(aliases)} "
+            f"(PGJOBS['QUEUE_DATABASES']): {where}. Run one runjobs per database."
+        )
+    return aliases[0] if aliases else config.DATABASE
 
 
 def _liveness_file(path: str | os.PathLike) -> str:

@@ -146,7 +146,7 @@ class Scheduler(MaintenanceUnit):
         plan = cron.plan(
             row["cron"],
             time_zone,
-            row["next_fire_at"],
+            schedules.instant(row["next_fire_at"]),  # naive with USE_TZ = False
             now,
             row["catch_up"],
             self.config.misfire_grace_seconds,

@@ -53,3 +53,12 @@ def build_zip(album: str) -> None:
 @job(queue="workflows")
 def touch(customer_id: int) -> None:
     """A member of a large fan-out: does nothing but succeed."""
+
+
+@job(queue="workflows", max_attempts=1)
+def crunch(part: int) -> None:
+    """A long step that stops when its abort is requested (it polls for it)."""
+    _record(f"crunch-{part}")
+    for _ in range(600):
+        current_job().raise_if_aborted()
+        time.sleep(0.05)

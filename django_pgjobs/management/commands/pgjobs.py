@@ -7,9 +7,10 @@ import argparse
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_pgjobs import console
+from django_pgjobs import console, limits, pruning, repair, replays
 from django_pgjobs.admin import display
 from django_pgjobs.admin.base import BULK_LIMIT, row_id
+from django_pgjobs.conf import queue_database
 from django_pgjobs.db import JobsTableMissing
 
 STATUS_COLUMNS = (  # (heading, value of a queue's status)
@@ -70,15 +71,59 @@ def _limit(text: str) -> int:
     return int(text)
 
 
-def _filters(parser, *, ids: bool = True, state=None, error_type: bool = False) -> None:
+#: Units of a duration (``90s``, ``15m``, ``2h``, ``7d``; a bare number is seconds).
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _duration(text: str) -> float:
+    """Seconds of ``90``, ``90s``, ``15m``, ``2h``, ``7d`` (the admin's "died within" 1h, 24h,
+    7d, and any other), more than 0."""
+    number, unit = (text[:-1], text[-1]) if text[-1:] in DURATION_UNITS else (text, "s")
+    try:
+        seconds = float(number) * DURATION_UNITS[unit]
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds <= limits.MAX_SECONDS:  # NaN fails too
+        raise argparse.ArgumentTypeError(
+            f"not a duration: {text!r} (a number of seconds, or with a unit: 90s, 15m, 2h, 7d)"
+        )
+    return seconds
+
+
+def _replay_rate(text: str) -> repair.Rate:
+    try:
+        return repair.parse_rate(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _how_many(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"not a count: {text!r} (0 or more)")
+    return int(text)
+
+
+def _filters(parser, *, ids: bool = True, state=None, dead_letters: bool = False) -> None:
     if ids:
         parser.add_argument("ids", nargs="*", type=_id, metavar="ID", help="Row ids.")
     parser.add_argument("--queue", help="Only this queue.")
     parser.add_argument("--name", help="Only jobs of this name (the full dotted name).")
     if state:
         parser.add_argument("--state", choices=state, help="Only jobs in this state.")
-    if error_type:
+    if dead_letters:  # the admin's filters of the dead letters
         parser.add_argument("--error-type", help="Only dead letters of this error type.")
+        parser.add_argument(
+            "--died-within",
+            type=_duration,
+            metavar="DURATION",
+            help="Only dead letters that died within this time (1h, 24h, 7d...).",
+        )
+        parser.add_argument(
+            "--older-than",
+            type=_duration,
+            metavar="DURATION",
+            help="Only dead letters that died longer ago than this (1h, 24h, 7d...).",
+        )
 
 
 class Command(BaseCommand):
@@ -89,24 +134,58 @@ class Command(BaseCommand):
         status = sub.add_parser("status", help="The dashboard's numbers per queue.")
         status.add_argument("--json", action="store_true", help="As JSON.")
         listing = sub.add_parser("list", help="Jobs (or dead letters) matching filters.")
-        _filters(listing, ids=False, state=console.JOB_STATES, error_type=True)
+        _filters(listing, ids=False, state=console.JOB_STATES, dead_letters=True)
         listing.add_argument("--dead-letters", action="store_true", help="List dead letters.")
         listing.add_argument("--limit", type=_limit, default=50, help="At most N rows (50).")
         listing.add_argument("--json", action="store_true", help="As JSON.")
         for name, text in (("requeue", "Requeue"), ("delete", "Delete for good")):
             action = sub.add_parser(name, help=f"{text} dead letters by id or filter.")
-            _filters(action, error_type=True)
+            _filters(action, dead_letters=True)
             action.add_argument("--dry-run", action="store_true", help="Count, change nothing.")
+        sub.choices["requeue"].add_argument(
+            "--rate",
+            type=_replay_rate,
+            help="Spread the jobs over time: 50 (a second), 50/s, 300/m or 1000/h; the first "
+            "due now (the admin's Replay over time).",
+        )
         for name, text in (("pause", "Pause"), ("resume", "Resume")):
             sub.add_parser(name, help=f"{text} a queue.").add_argument("queue")
         purge = sub.add_parser("purge", help="Cancel (delete) waiting jobs by filter.")
         _filters(purge, state=console.WAITING_STATES)
         purge.add_argument("--dry-run", action="store_true", help="Count, change nothing.")
-        sub.add_parser("prune", help="Delete successful jobs past their retention.")
+        prune = sub.add_parser(
+            "prune",
+            help="Delete successful jobs, finished workflows and dead letters past their retention.",
+        )
+        prune.add_argument(
+            "--dead-letters-older-than",
+            type=_duration,
+            metavar="DURATION",
+            help="Dead letters that died longer ago than this (30d...): instead of "
+            "DEAD_LETTER_MAX_AGE_SECONDS.",
+        )
+        prune.add_argument(
+            "--keep-per-name",
+            type=_how_many,
+            metavar="N",
+            help="Dead letters kept per job name, the newest: instead of DEAD_LETTER_MAX_PER_NAME.",
+        )
+        for action in sub.choices.values():
+            action.add_argument(
+                "--database",
+                metavar="ALIAS",
+                help="The jobs database to act on, with queues on several "
+                "(PGJOBS['QUEUE_DATABASES']). Default: PGJOBS['DATABASE'] (pause and resume: "
+                "the queue's; status: every one).",
+            )
 
     def handle(self, *args, **options):
+        alias = options["database"]
+        if alias is None and options["action"] in ("pause", "resume"):
+            alias = queue_database(options["queue"])
         try:
-            getattr(self, "do_" + options["action"])(options)
+            with console.on_database(alias):
+                getattr(self, "do_" + options["action"])(options)
         except console.BadInput as error:
             raise CommandError(str(error)) from error
         except JobsTableMissing as error:
@@ -117,8 +196,11 @@ class Command(BaseCommand):
         if options["json"]:
             self.stdout.write(console.as_json(data))
             return
-        rows = [[cell(q) for _, cell in STATUS_COLUMNS] for q in data["queues"]]
-        self.stdout.write(table([heading for heading, _ in STATUS_COLUMNS], rows))
+        columns = list(STATUS_COLUMNS)
+        if len({q["database"] for q in data["queues"]}) > 1 or options["database"]:
+            columns.insert(0, ("database", lambda q: q["database"]))
+        rows = [[cell(q) for _, cell in columns] for q in data["queues"]]
+        self.stdout.write(table([heading for heading, _ in columns], rows))
         alive, known = data["workers_alive"], len(data["workers"])
         self.stdout.write(f"\nworkers alive: {alive} of {known} registered")
 
@@ -128,8 +210,10 @@ class Command(BaseCommand):
             rows = console.list_dead_letters(selection, options["limit"])
             columns = DEAD_LETTER_COLUMNS
         else:
-            if options["error_type"] is not None:
-                raise CommandError("--error-type filters dead letters: add --dead-letters")
+            for option in ("error_type", "died_within", "older_than"):
+                if options[option] is not None:
+                    flag = "--" + option.replace("_", "-")
+                    raise CommandError(f"{flag} filters dead letters: add --dead-letters")
             rows = console.list_jobs(selection, options["limit"])
             columns = JOB_COLUMNS
         if options["json"]:
@@ -143,6 +227,9 @@ class Command(BaseCommand):
         self.stdout.write(table(list(columns), [[row[c] or "" for c in columns] for row in rows]))
 
     def do_requeue(self, options):
+        if options["rate"] is not None:
+            self.report(replays.replay(_selection(options), options["rate"], options["dry_run"]))
+            return
         self.report(console.act_on_dead_letters("requeue", _selection(options), options["dry_run"]))
 
     def do_delete(self, options):
@@ -158,7 +245,7 @@ class Command(BaseCommand):
         self.report(console.purge(_selection(options), options["dry_run"]))
 
     def do_prune(self, options):
-        self.report(console.prune())
+        self.report(pruning.prune(options["dead_letters_older_than"], options["keep_per_name"]))
 
     def report(self, outcome: console.Outcome) -> None:
         """The admin's message, the ids touched (the new jobs of a requeue), what was left
@@ -179,4 +266,6 @@ def _selection(options) -> console.Selection:
         name=options.get("name"),
         state=options.get("state"),
         error_type=options.get("error_type"),
+        died_within=options.get("died_within"),
+        older_than=options.get("older_than"),
     )

@@ -9,6 +9,7 @@ import threading
 from django.core.management.base import BaseCommand, CommandError
 
 from ...conf import get_config
+from ...outbox.publishers import publisher_problem
 from ...outbox.relay import relay_from_settings
 from ...worker.faults import DispatcherDatabase
 from ...worker.stopping import StopState
@@ -32,6 +33,12 @@ class Command(BaseCommand):
         publisher = publisher or config.OUTBOX_PUBLISHER
         if not publisher:
             raise CommandError("no publisher: set PGJOBS['OUTBOX_PUBLISHER'] or pass --publisher")
+        problem = publisher_problem(publisher)
+        if problem is not None:  # the system check pgjobs.E005 reads only the setting
+            raise CommandError(
+                f"the publisher {_shown(publisher)} (--publisher, or PGJOBS['OUTBOX_PUBLISHER']) "
+                f"cannot be used: {problem}"
+            )
         stop = StopState(config.SHUTDOWN_GRACE_SECONDS)
         db = DispatcherDatabase(config.DATABASE, stop)
         # runs of at most a second: a stop requested is seen between them

@@ -88,6 +88,13 @@ class Command(BaseCommand):
             metavar="QUEUE",
             help="Queue to work on; repeat for several. Default: every queue.",
         )
+        parser.add_argument(
+            "--database",
+            metavar="ALIAS",
+            help="The database whose queues this worker serves (PGJOBS['DATABASE'] or one of "
+            "PGJOBS['QUEUE_DATABASES']). Default: the database of the --queue given, else "
+            "PGJOBS['DATABASE'].",
+        )
         for flags, kind, default, text in OPTIONS:
             parser.add_argument(*flags, type=kind, default=default, help=text)
         parser.add_argument(
@@ -121,6 +128,7 @@ class Command(BaseCommand):
         try:
             worker = Worker(
                 queues=options["queues"],
+                database=options["database"],
                 concurrency=options["concurrency"],
                 async_concurrency=options["async_concurrency"],
                 batch_size=options["batch_size"],

@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_pgjobs", "0020_recurring_mends"),
+        ("django_pgjobs", "0023_index_diet"),
     ]
 
     operations = [
@@ -74,7 +74,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="deadletter",
             name="flow_key",
-            field=models.CharField(blank=True, max_length=255, null=True),
+            field=models.CharField(blank=True, max_length=255, null=True, verbose_name="flow key"),
         ),
         migrations.AddField(
             model_name="job",
@@ -84,6 +84,7 @@ class Migration(migrations.Migration):
                 help_text="The flow control key (pgjobs_flow_key) whose limits this job waits on: its concurrency key, fairness key, or its job's or queue's rate limit.",
                 max_length=255,
                 null=True,
+                verbose_name="flow key",
             ),
         ),
         migrations.AddIndex(

@@ -40,7 +40,7 @@ class Migration(migrations.Migration):
     atomic = False  # CREATE/DROP INDEX CONCURRENTLY cannot run in a transaction
 
     dependencies = [
-        ("django_pgjobs", "0021_flow_control"),
+        ("django_pgjobs", "0024_flow_control"),
     ]
 
     operations = [

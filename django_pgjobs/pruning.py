@@ -1,0 +1,83 @@
+"""``manage.py pgjobs prune``: what the workers' pruner deletes, at once, from a shell.
+
+Successful jobs past their retention, finished workflows past theirs, then dead letters past
+theirs, each as the worker's ``Pruner`` deletes them (``worker/maintenance.py``), taking turns
+with a worker pruning dead letters at the same time. See docs/reference/pgjobs-command.md.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from . import operations, retention
+from .admin import display
+from .admin.base import plural
+from .conf import get_config
+from .console import Outcome, connection
+
+#: Most successful jobs one prune statement deletes (as the worker's pruner).
+PRUNE_BATCH = 10_000
+#: Longest a prune waits for its turn while a worker prunes dead letters (a batch at a time).
+PRUNE_TURN_WAIT_SECONDS = 10.0
+
+logger = logging.getLogger("django_pgjobs")
+
+
+def prune(older_than: float | None = None, keep_per_name: int | None = None) -> Outcome:
+    """Delete the successful jobs kept past their retention, as the worker's pruner does
+    (``KEEP_SUCCEEDED_SECONDS``, ``KEEP_RESULTS_SECONDS``), ``PRUNE_BATCH`` per statement; the
+    finished workflows past theirs (``KEEP_WORKFLOWS_SECONDS``) in bounded batches; then the dead
+    letters past theirs (``DEAD_LETTER_MAX_AGE_SECONDS`` or ``older_than``,
+    ``DEAD_LETTER_MAX_PER_NAME`` or ``keep_per_name``), in the workers' batches
+    (``retention.prune_in_batches``: logged, counted in ``pgjobs_stat.pruned``), taking turns
+    with a worker pruning at the same time."""
+    config = get_config()
+    conn = connection()
+    pruned = 0
+    while True:
+        deleted = operations.prune_succeeded(
+            conn, config.KEEP_SUCCEEDED_SECONDS, config.KEEP_RESULTS_SECONDS, PRUNE_BATCH
+        )
+        pruned += deleted
+        if deleted < PRUNE_BATCH:
+            break
+    workflows = retention.prune_workflows(conn, config.KEEP_WORKFLOWS_SECONDS, max_batches=10**9)
+    message = f"Pruned {plural(pruned, 'successful job')} past their retention"
+    if workflows.workflows:
+        message += f", and {plural(workflows.workflows, 'finished workflow')}"
+    message += "."
+    pruned += workflows.workflows
+    max_age = config.DEAD_LETTER_MAX_AGE_SECONDS if older_than is None else older_than
+    max_per_name = config.DEAD_LETTER_MAX_PER_NAME if keep_per_name is None else keep_per_name
+    if max_age is None and max_per_name is None:
+        return Outcome(message, pruned)
+    run = retention.prune_in_batches(
+        conn,
+        max_age,
+        max_per_name,
+        config.DEAD_LETTER_PRUNE_BATCH,
+        log=logger,
+        wait_seconds=PRUNE_TURN_WAIT_SECONDS,
+    )
+    message += f"\nPruned {plural(run.pruned, 'dead letter')} past their retention ("
+    message += "; ".join(_retention_words(max_age, max_per_name)) + ")."
+    if not run.finished:
+        message += "\nStopped early: another process kept the dead letters' pruning; run again."
+    return Outcome(message, pruned + run.pruned)
+
+
+def _age(seconds: float) -> str:
+    """``30 d``, ``12 h``, ``90 min`` when whole, else ``display.duration``."""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size and not seconds % size:
+            return f"{seconds / size:g} {unit}"
+    return display.duration(seconds)
+
+
+def _retention_words(max_age: float | None, max_per_name: int | None) -> list[str]:
+    words = []
+    if max_age is not None:
+        words.append(f"failed over {_age(max_age)} ago")
+    if max_per_name is not None:
+        words.append(f"beyond the newest {max_per_name:,} per job name")
+    return words
