@@ -1,4 +1,4 @@
-"""What ``@job`` accepts as a job function, and how a plain ``def`` job's call is checked: a
+"""What ``@job`` accepts as a job function (and the name it gets by default), and how a plain ``def`` job's call is checked: a
 function whose call returns before its body ran (a generator, an un-awaited coroutine) would be
 counted as done without running. Used by ``registry`` (and re-exported there)."""
 
@@ -71,3 +71,14 @@ def check_ran(result: Any, name: str) -> Any:
         "not await what it returns and its body did not run. Make it an async def (the worker "
         "awaits it) or await the async code inside it."
     )
+
+
+def module_level_name(f: Callable[..., Any]) -> str:
+    """``module.qualname`` of a function a worker can find; ``ValueError`` otherwise."""
+    job_name = f"{f.__module__}.{f.__qualname__}"
+    if "<locals>" in job_name:
+        raise ValueError(
+            f"{job_name}: jobs must be module-level functions (or pass name=...) so a worker "
+            "can find them"
+        )
+    return job_name

@@ -19,6 +19,7 @@ from datetime import datetime
 from .uniqueness import HasUniqueRules
 from .validation import (
     check_delay,
+    check_flow_key,
     check_max_attempts,
     check_positive_seconds,
     check_priority,
@@ -39,6 +40,7 @@ class CallOptions(HasUniqueRules):
     give one of them. ``unique_key`` is the key itself (the job's ``unique_key`` callable is not
     called). ``timeout`` (seconds) is stored on the job's row and wins over the job's.
     ``unique_scope``, ``debounce`` and ``throttle`` say how the key is held (``uniqueness``).
+    ``concurrency_key`` and ``fairness_key``: the flow control key the job waits on (``flow``).
     Checked when built: a bad value raises ``ValueError`` naming the option.
     """
 
@@ -53,6 +55,8 @@ class CallOptions(HasUniqueRules):
     unique_scope: str | None = None
     debounce: bool | str | None = None
     throttle: float | None = None
+    concurrency_key: str | None = None
+    fairness_key: str | None = None
 
     def __post_init__(self) -> None:
         if self.queue is not None:
@@ -73,6 +77,8 @@ class CallOptions(HasUniqueRules):
         if self.timeout is not None:
             check_positive_seconds("timeout", self.timeout)
         self.unique_rules  # noqa: B018 (checks them)
+        check_flow_key("concurrency_key", self.concurrency_key)
+        check_flow_key("fairness_key", self.fairness_key)
 
     def then(self, later: CallOptions) -> CallOptions:
         """These options with the ones given ``later`` on top: each option given wins, and a

@@ -12,8 +12,10 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from datetime import timezone as dt_timezone
 from typing import Any
 
+from . import db
 from .errors import Aborted
 
 
@@ -137,6 +139,21 @@ class Claim:
     @property
     def token(self) -> uuid.UUID:
         return self.params["token"]
+
+    def job(self, row: dict[str, Any], alias: str) -> ClaimedJob:
+        """A row of the claim statements (times as epoch seconds, no token) as a
+        ``ClaimedJob`` of this claim, on the database ``alias``."""
+        row["run_after"] = _from_epoch(row["run_after"])
+        row["created_at"] = _from_epoch(row["created_at"])
+        return ClaimedJob(
+            **row, claim_token=self.token, lease_seconds=self.lease_seconds, database=alias
+        )
+
+
+def _from_epoch(seconds: float) -> datetime:
+    moment = db.as_django_reads(datetime.fromtimestamp(seconds, dt_timezone.utc))
+    assert moment is not None  # noqa: S101 (given a time, it returns one)
+    return moment
 
 
 class ClaimBuilder:

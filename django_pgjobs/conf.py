@@ -19,7 +19,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from .limits import MAX_SECONDS
-from .validation import check_queue
+from .validation import check_queue, check_queue_rate_limits
 
 
 @dataclass(frozen=True)
@@ -186,6 +186,11 @@ class Config:
     HEALTH_PUBLIC: bool = False
     #: ``pgjobs/health`` fails when a queue's oldest due job has waited longer than this.
     HEALTH_MAX_DUE_AGE_SECONDS: float = setting(300.0, POSITIVE_SECONDS)
+    #: Rate limits per queue, ``{"emails": "20/s"}`` (also ``/m``, ``/h``): the jobs of such a
+    #: queue start at most that often across all workers (docs/howto/flow-control.md).
+    QUEUE_RATE_LIMITS: dict[str, str] = field(
+        default_factory=dict, metadata={"bounds": None, "check": check_queue_rate_limits}
+    )
 
 
 #: The Python values each annotation of ``Config`` accepts in ``settings.PGJOBS``.

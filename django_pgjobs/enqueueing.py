@@ -24,6 +24,7 @@ from . import db, routing, signals, tracing, wakeups
 from .calls import CallOptions
 from .conf import get_config
 from .context import current_job
+from .flow import FLOW_WAKE_PREFIX, flow_params
 from .models import Job
 from .payload import dump_arguments
 from .uniqueness import EnqueueOutcome, UniqueRules, rules_for
@@ -115,6 +116,7 @@ def enqueue_call(
     """Insert one job; returns the saved ``Job``, or the job already in flight with its
     unique key (``enqueue_outcome`` says which)."""
     params = _row_params(definition, options, args, kwargs)
+    flow = _flow_of(definition, options, params)
     connection = routing.enqueue_connection(params["queue"])
     if params["unique_key"] is not None:
         rules = rules_for(definition, options)
@@ -128,23 +130,24 @@ def enqueue_call(
             "@job(unique_key=...) or .using(unique_key=...)"
         )
     config = get_config()
+    # a job with flow control wakes the flow claim of its queue's workers (listener.py)
+    wake = FLOW_WAKE_PREFIX + params["queue"] if flow else params["queue"]
     after_commit = config.LISTEN_NOTIFY and wakeups.wakes_after_commit(connection)
     notify = (
         config.LISTEN_NOTIFY
         and not after_commit
-        and wakeups.notify_in_statement(connection, params)
+        and wakeups.notify_in_statement(connection, {**params, "queue": wake})
     )
-    rows = db.execute_prepared(connection, "enqueue_job", {**params, "notify": notify})
+    statement = "enqueue_job_flow" if flow else "enqueue_job"
+    rows = db.execute_prepared(connection, statement, {**params, **flow, "notify": notify})
     if notify and rows and params["run_after"] is None and connection.get_autocommit():
-        wakeups.delivered(connection.alias, params["queue"])  # the statement has committed
+        wakeups.delivered(connection.alias, wake)  # the statement has committed
     if rows:
         (row,) = rows
         if after_commit and row["run_after"] <= row["created_at"]:  # due now
             # discarded with the job if the transaction (or its savepoint) rolls back; the
             # skip rule is applied at the commit, against notifications really delivered
-            connection.on_commit(
-                wakeups.wake_after_commit(connection.alias, params["queue"]), robust=True
-            )
+            connection.on_commit(wakeups.wake_after_commit(connection.alias, wake), robust=True)
         sent = [(list(args), dict(kwargs), params["unique_key"])]
         (job,) = _jobs_from_inserted(
             [row["id"]],
@@ -155,6 +158,7 @@ def enqueue_call(
             params,
             connection.alias,
         )
+        job.flow_key = flow.get("flow_key")
         signals.job_enqueued.send(sender=Job, job=job, created=True, outcome=EnqueueOutcome.CREATED)
         return job
     # A job with this unique_key is already ready or running: hand back that one.
@@ -162,6 +166,18 @@ def enqueue_call(
     if existing is None:  # it finished between the two statements; enqueue again
         return enqueue_call(definition, options, args, kwargs)
     return _skipped(existing)
+
+
+def _flow_of(definition: JobSpec, options: CallOptions, params: dict[str, Any]) -> dict[str, Any]:
+    """The flow key the job waits on and its limits (``flow``); a job with one takes a unique
+    key with the default rules only."""
+    flow = flow_params(definition, options, params["queue"])
+    if flow and params["unique_key"] is not None and not rules_for(definition, options).plain:
+        raise ValueError(
+            f"{definition.name}: unique_scope, debounce and throttle are not available for "
+            "jobs with flow control (concurrency, rate limit, fairness key) yet"
+        )
+    return flow
 
 
 def _enqueue_keyed(
@@ -291,6 +307,10 @@ def enqueue_many(
     inputs, columns = _many_calls(definition, options, calls)
     if not inputs:
         return []
+    if flow_params(definition, options, options.queue or definition.get_queue()):
+        # one statement per job: each tells the key's row (enqueue_job_flow)
+        jobs = [enqueue_call(definition, options, args, kwargs) for args, kwargs, _ in inputs]
+        return [job for job in jobs if job.enqueue_outcome is EnqueueOutcome.CREATED]
     params, notify = _shared_params(definition, options), get_config().LISTEN_NOTIFY
     connection = routing.enqueue_connection(params["queue"])
     _hand_over_own_key(columns["unique_keys"], connection)
@@ -350,6 +370,7 @@ def _many_calls(
 #: The columns of a job just inserted by ``enqueue_jobs`` that do not depend on the call.
 _NEW_ROW = {
     "status": "ready",
+    "flow_key": None,
     "attempts": 0,
     "started_at": None,
     "finished_at": None,

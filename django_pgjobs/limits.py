@@ -11,3 +11,7 @@ TASK_BACKEND_MAX = 100
 #: Longest duration accepted anywhere (leases, delays, retry caps, settings): 10 years. Larger
 #: values would overflow PostgreSQL's timestamp arithmetic in the worker instead of failing early.
 MAX_SECONDS = 10 * 365 * 24 * 3600
+#: Longest concurrency_key or fairness_key; the stored key adds a prefix (FLOW_KEY_MAX).
+FLOW_USER_KEY_MAX = 200
+FLOW_KEY_MAX = 255
+CONCURRENCY_LIMIT_MAX = 10_000

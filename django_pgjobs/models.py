@@ -11,7 +11,14 @@ from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from .limits import ERROR_TYPE_MAX, PRIORITY_MAX, PRIORITY_MIN, QUEUE_NAME_MAX, TASK_BACKEND_MAX
+from .limits import (
+    ERROR_TYPE_MAX,
+    FLOW_KEY_MAX,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    QUEUE_NAME_MAX,
+    TASK_BACKEND_MAX,
+)
 from .outbox.models import OutboxDeadLetter, OutboxEvent, OutboxKey, ProcessedEvent  # noqa: F401
 from .states import Status, View
 
@@ -112,6 +119,16 @@ class Job(RepairColumns):
     )
     # waiting_key as enqueued, kept when the claim clears it: a job back unstarted takes it back
     kept_waiting_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    flow_key = models.CharField(  # noqa: DJ001 (NULL: the plain claim takes it)
+        verbose_name=_("flow key"),
+        max_length=FLOW_KEY_MAX,
+        null=True,
+        blank=True,
+        help_text=_(
+            "The flow control key (pgjobs_flow_key) whose limits this job waits on: its "
+            "concurrency key, fairness key, or its job's or queue's rate limit."
+        ),
+    )
     timeout = models.FloatField(
         null=True, blank=True, help_text=_("Seconds this job may run (.using(timeout=...)).")
     )
@@ -226,7 +243,21 @@ class Job(RepairColumns):
                 "run_after",
                 "id",
                 name="pgjobs_job_claim_idx",
-                condition=Q(status="ready"),
+                condition=Q(status="ready", flow_key__isnull=True),
+            ),
+            # The flow claim (claim_jobs_flow): a key's ready jobs in FIFO order, and its
+            # running ones (its used slots, counted).
+            models.Index(
+                "flow_key",
+                "run_after",
+                "id",
+                name="pgjobs_job_flow_ready_idx",
+                condition=Q(status="ready", flow_key__isnull=False),
+            ),
+            models.Index(
+                "flow_key",
+                name="pgjobs_job_flow_running_idx",
+                condition=Q(status="running", flow_key__isnull=False),
             ),
             models.Index(
                 "lease_expires_at",
@@ -327,6 +358,10 @@ class DeadLetter(RepairColumns):
     )
     # the key of a job of the unique scope 'waiting' (unique_key: of 'in_flight'): requeued with it
     waiting_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    # its flow control key (Job.flow_key): requeued with it
+    flow_key = models.CharField(  # noqa: DJ001
+        verbose_name=_("flow key"), max_length=FLOW_KEY_MAX, null=True, blank=True
+    )
     timeout = models.FloatField(
         null=True, blank=True, help_text=_("Seconds this job may run (.using(timeout=...)).")
     )
@@ -399,6 +434,7 @@ class Dashboard(Job):
 
 # Tables in modules of their own, imported here so Django finds them (and migrations find
 # ``models.IntegerArrayField``).
+from .flow_models import FlowKey  # noqa: E402, F401
 from .runtime_models import QueueState, ThrottleWindow, Worker  # noqa: E402, F401
 from .schedule_models import Schedule, ScheduleFire  # noqa: E402, F401
 from .stat_models import IntegerArrayField, QueueStat  # noqa: E402, F401

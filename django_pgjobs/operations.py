@@ -3,10 +3,10 @@
 The worker, the admin actions and the test helpers all go through these functions; each runs one
 named statement of ``sql/queries.sql`` (the function shares the statement's name), except
 ``complete()``, the one way jobs succeed, which picks the completion statement (carrying a claim
-or not) from its arguments and the retention setting. Functions
-that act on a claimed job are fenced: they take the claim token and do nothing when the job is no
-longer held under that token (its lease expired and it was rescued, maybe claimed again), so a
-worker that lost its lease can never complete or fail a job someone else now holds.
+or not) from its arguments and the retention setting. Functions that act on a claimed job are
+fenced: they take the claim token and do nothing when the job is no longer held under that token
+(its lease expired and it was rescued, maybe claimed again), so a worker that lost its lease can
+never complete or fail a job someone else now holds.
 
 No plan is kept between runs: a generic plan made while the queue idled would scan the whole
 table through the next burst (the claim alone may run prepared, planned at every run; see
@@ -18,16 +18,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from datetime import timezone as dt_timezone
 from typing import Any, NamedTuple
 
 from django.db import IntegrityError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from . import db
-from .claims import Claim, ClaimedJob
-from .claims import ClaimBuilder as ClaimBuilder  # the claim's values, used through this module
-from .claims import ClaimPlan as ClaimPlan
+from .claims import Claim, ClaimBuilder, ClaimedJob, ClaimPlan  # noqa: F401 (the last two: re-exported)
 from .conf import get_config
 from .validation import check_queue
 
@@ -40,20 +37,6 @@ REQUEUE_KEY_INDEXES = (UNIQUE_KEY_IN_FLIGHT, "pgjobs_job_waiting_key")
 
 
 # -- claiming and finishing ---------------------------------------------------------------------
-
-
-def _from_epoch(seconds: float) -> datetime:
-    return db.as_django_reads(datetime.fromtimestamp(seconds, dt_timezone.utc))
-
-
-def _claimed(row: dict[str, Any], claim: Claim, alias: str) -> ClaimedJob:
-    """A row of the claim statements (times as epoch seconds, no token) as a ``ClaimedJob``
-    of the database ``alias``."""
-    row["run_after"] = _from_epoch(row["run_after"])
-    row["created_at"] = _from_epoch(row["created_at"])
-    return ClaimedJob(
-        **row, claim_token=claim.token, lease_seconds=claim.lease_seconds, database=alias
-    )
 
 
 def _pairs(jobs: Iterable[ClaimedJob]) -> dict[str, list[Any]]:
@@ -92,7 +75,7 @@ def complete(
             return Completed(set(), [])
         execute = db.execute_prepared_replanned if claim.prepared else db.execute
         rows = execute(connection, "claim_jobs", claim.params)
-        return Completed(set(), [_claimed(row, claim, connection.alias) for row in rows])
+        return Completed(set(), [claim.job(row, connection.alias) for row in rows])
     if results is not None:
         name = "complete_with_results_and_claim_jobs" if claim else "complete_jobs_with_results"
     elif get_config().KEEP_SUCCEEDED_SECONDS > 0:
@@ -109,8 +92,27 @@ def complete(
         if row["id"] is None:  # the one row that carries the completed ids
             completed.update(acknowledged)
         else:
-            claimed.append(_claimed(row, claim, connection.alias))
+            claimed.append(claim.job(row, connection.alias))
     return Completed(completed, claimed)
+
+
+class FlowClaimed(NamedTuple):
+    claimed: list[ClaimedJob]  # the jobs the flow claim took
+    wait: float | None  # seconds until a key it looked at is due again (None: none is)
+
+
+def claim_jobs_flow(connection: Connection, claim: Claim, lanes: int) -> FlowClaimed:
+    """Claim due jobs that have a flow key (``flow``), their limits decided in the statement
+    (``claim_jobs_flow``; docs/explanation/flow-control.md), looking at ``lanes`` keys at most.
+    ``claim`` is built as for ``complete(..., claim=...)``: the same stamping, the same rows."""
+    claimed, wait = [], None
+    for row in db.execute(connection, "claim_jobs_flow", {**claim.params, "lanes": lanes}):
+        flow_wait = row.pop("flow_wait")
+        if row["id"] is None:  # the one row that carries the wait
+            wait = flow_wait
+        else:
+            claimed.append(claim.job(row, connection.alias))
+    return FlowClaimed(claimed, wait)
 
 
 def _complete_with_workflow_steps(

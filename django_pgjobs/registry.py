@@ -23,7 +23,7 @@ from django.utils.module_loading import autodiscover_modules
 
 from .backoff import RetryPolicy
 from .callables import AsyncJobsNotSupported as AsyncJobsNotSupported
-from .callables import check_ran, check_runs_when_called, is_async_callable
+from .callables import check_ran, check_runs_when_called, is_async_callable, module_level_name
 from .calls import NO_OPTIONS, CallOptions
 from .celery_calls import CeleryCalls, P, R
 from .conf import ConfigError, get_config
@@ -33,6 +33,7 @@ from .payload import Undecodable
 from .retries import check_exception_classes
 from .uniqueness import HasUniqueRules
 from .validation import (
+    check_flow_limits,
     check_max_attempts,
     check_name,
     check_positive_seconds,
@@ -90,6 +91,8 @@ class JobDefinition(CeleryCalls[P, R], HasUniqueRules):
     cron: Cron | None = None  # a recurring job: ``@job(cron="*/5 * * * *")`` (cron.py)
     version: int = 1  # of its payload, with the steps from older ones (``versions``)
     upgrade: dict | None = dataclasses.field(default=None, hash=False, compare=False)
+    concurrency_limit: int | None = None  # flow control (``flow``)
+    rate_limit: str | None = None
 
     def __post_init__(self) -> None:
         if self.queue is not None:
@@ -110,6 +113,7 @@ class JobDefinition(CeleryCalls[P, R], HasUniqueRules):
             )
         if self.timeout is not None:
             check_positive_seconds("timeout", self.timeout)
+        check_flow_limits(self.concurrency_limit, self.rate_limit)
         if self.retry is not None and not isinstance(self.retry, RetryPolicy):
             raise ValueError("retry must be a django_pgjobs.RetryPolicy")
         if self.unique_key is not None and not callable(self.unique_key):
@@ -173,7 +177,8 @@ class JobDefinition(CeleryCalls[P, R], HasUniqueRules):
     def using(self, **options: Any) -> JobWithOptions[P, R]:
         """This job with per-call options (the ``django.tasks`` idiom): ``queue``, ``priority``,
         ``run_after``, ``delay``, ``unique_key``, ``max_attempts``, ``keep_result``,
-        ``timeout``, ``unique_scope``, ``debounce``, ``throttle`` (see ``CallOptions``)."""
+        ``timeout``, ``unique_scope``, ``debounce``, ``throttle``, ``concurrency_key``,
+        ``fairness_key`` (see ``CallOptions``)."""
         return JobWithOptions(self, CallOptions(**options))
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
@@ -323,6 +328,8 @@ def job(
     cron: str | Cron | None = None,
     version: int = 1,
     upgrade: dict | None = None,
+    concurrency_limit: int | None = None,
+    rate_limit: str | None = None,
 ) -> Callable[[Callable[P, R]], JobDefinition[P, R]]: ...
 def job(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     """Register a function as a job; usable bare (``@job``) or with options (``@job(...)``).
@@ -336,7 +343,8 @@ def job(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     these exception classes are retried; others dead-letter at once), ``discard_on`` (these
     dead-letter at once), ``timeout`` (seconds a call may run before it counts as a failed
     attempt, ``JobTimeout``), ``cron`` (recurring: a cron expression or a ``Cron``),
-    ``version`` and ``upgrade`` (payload versions: ``versions``). Async jobs are awaited by the
+    ``version`` and ``upgrade`` (payload versions: ``versions``), ``concurrency_limit`` and
+    ``rate_limit`` (flow control: docs/howto/flow-control.md). Async jobs are awaited by the
     worker (no ``atomic=True``); generator functions are refused.
     """
 
@@ -349,7 +357,7 @@ def job(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
             raise TypeError("@job applied twice")
         if not callable(f):
             raise TypeError(f"@job needs a function, not {type(f).__name__}")
-        job_name = options.get("name") or _module_level_name(f)
+        job_name = options.get("name") or module_level_name(f)
         require_installed(f"@job {job_name}")
         check_runs_when_called(f, job_name)
         definition = JobDefinition(
@@ -376,17 +384,6 @@ def queues_in_use(connection) -> set[str]:
     return {definition.get_queue() for definition in registered().values()} | set(
         queue_names(connection)
     )
-
-
-def _module_level_name(f: Callable[..., Any]) -> str:
-    """``module.qualname`` of a function a worker can find; ``ValueError`` otherwise."""
-    job_name = f"{f.__module__}.{f.__qualname__}"
-    if "<locals>" in job_name:
-        raise ValueError(
-            f"{job_name}: jobs must be module-level functions (or pass name=...) so a worker "
-            "can find them"
-        )
-    return job_name
 
 
 def _add(definition: JobDefinition) -> None:

@@ -1,4 +1,5 @@
-"""Checking the options of jobs and settings: queue names, priorities, delays, unique keys.
+"""Checking the options of jobs and settings: queue names, priorities, delays, unique keys,
+flow control (concurrency limits and keys, rate limits, fairness keys).
 
 Shared by ``@job``, ``.using()``, ``enqueue()``, the settings (``DEFAULT_QUEUE``) and the
 operator actions; inside the package it depends on nothing but ``limits``, so that all of them can import it.
@@ -14,6 +15,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from .limits import (
+    CONCURRENCY_LIMIT_MAX,
+    FLOW_USER_KEY_MAX,
     MAX_ATTEMPTS_MAX,
     MAX_SECONDS,
     NAME_MAX,
@@ -161,3 +164,62 @@ def check_debounce(debounce: Any) -> bool | str:
 
 def check_throttle(throttle: Any) -> float:
     return check_positive_seconds("throttle", throttle)
+
+
+# -- flow control (flow.py) ----------------------------------------------------------------------
+
+RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(s|m|h)\s*$")
+RATE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+#: A rate limit's bucket holds this many seconds' worth of its rate (at least one job): the
+#: burst a key may start at once after a quiet spell (docs/howto/flow-control.md).
+BURST_SECONDS = 0.1
+
+
+def check_concurrency_limit(limit: Any) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise ValueError(f"concurrency_limit must be an int, not {type(limit).__name__}")
+    if not 1 <= limit <= CONCURRENCY_LIMIT_MAX:
+        raise ValueError(
+            f"concurrency_limit must be between 1 and {CONCURRENCY_LIMIT_MAX:,}, not {limit}"
+        )
+    return limit
+
+
+def check_rate_limit(rate_limit: Any, option: str = "rate_limit") -> tuple[float, float]:
+    """``"20/s"``, ``"100/m"``, ``"1000/h"`` as (jobs per second, bucket size)."""
+    match = RATE_RE.match(rate_limit) if isinstance(rate_limit, str) else None
+    if match is None or float(match[1]) <= 0:
+        raise ValueError(
+            f"{option} must be a number of jobs greater than 0 per second, minute or hour, "
+            f"written like '20/s', '100/m' or '1000/h', not {rate_limit!r}"
+        )
+    per_second = float(match[1]) / RATE_UNITS[match[2]]
+    return per_second, max(1.0, per_second * BURST_SECONDS)
+
+
+def check_flow_limits(concurrency_limit: Any, rate_limit: Any) -> None:
+    """``@job(concurrency_limit=..., rate_limit=...)``, each when given."""
+    if concurrency_limit is not None:
+        check_concurrency_limit(concurrency_limit)
+    if rate_limit is not None:
+        check_rate_limit(rate_limit)
+
+
+def check_flow_key(option: str, key: Any) -> str | None:
+    """A ``concurrency_key`` or ``fairness_key``."""
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key or len(key) > FLOW_USER_KEY_MAX:
+        raise ValueError(
+            f"{option} must be a non-empty string of at most {FLOW_USER_KEY_MAX} characters, "
+            f"not {key!r}"
+        )
+    return check_text(option, key)
+
+
+def check_queue_rate_limits(limits: Any) -> dict[str, str]:
+    """The setting ``QUEUE_RATE_LIMITS``: queue names to rate limits."""
+    for queue, rate_limit in limits.items():
+        check_queue(queue)
+        check_rate_limit(rate_limit, f"the rate limit of queue {queue!r}")
+    return limits

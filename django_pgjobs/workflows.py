@@ -24,6 +24,7 @@ from .calls import CallOptions
 from .conf import get_config
 from .context import current_job
 from .enqueueing import JobSpec, _call_values, _shared_params
+from .flow import flow_params
 from .uniqueness import rules_for
 from .wakeups import wake_after_commit, wakes_after_commit
 
@@ -117,6 +118,12 @@ def _rows(workflow: Chain) -> tuple[dict[str, list[Any]], list[int]]:
             if unique_key is not None:
                 raise ValueError(f"{step.definition.name}: a workflow step takes no unique key")
             params = _shared_params(step.definition, step.options)
+            if flow_params(step.definition, step.options, params["queue"]):
+                raise ValueError(
+                    f"{step.definition.name}: a workflow step takes no flow control yet "
+                    "(concurrency_limit, rate_limit, concurrency_key, fairness_key, a queue rate "
+                    "limit): it would run without its limits"
+                )
             for column, value in zip(
                 _COLUMNS,
                 (params["name"], params["queue"], params["priority"], args_json, kwargs_json,

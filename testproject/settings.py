@@ -162,6 +162,8 @@ PGJOBS = {
         "testproject.handlers.developing",
         # and of docs/howto/workflows.md
         "testproject.handlers.workflows",
+        # and of docs/howto/flow-control.md
+        "testproject.handlers.flow",
         # and of docs/howto/databases.md
         "testproject.handlers.databases",
         # tests of start-up imports add their own (tests/test_task_imports.py)

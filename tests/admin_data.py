@@ -16,6 +16,7 @@ from django.utils.html import strip_tags
 from django_pgjobs.metrics import WAIT_BUCKET_BOUNDS
 from django_pgjobs.models import (
     DeadLetter,
+    FlowKey,
     Job,
     OutboxDeadLetter,
     OutboxEvent,
@@ -227,6 +228,10 @@ def seed(rng: random.Random | None = None) -> dict:
     # a workflow half way: its list and page have a row to show
     rows["workflow"] = Workflow.objects.create(
         name="resize x2 > zip", step=0, remaining=1, sizes=[2, 1], created_at=now
+    )
+    # a flow control key (its jobs: none here; the flow tests make their own)
+    rows["flow_key"] = FlowKey.objects.create(
+        key="key:order:42", concurrency_limit=1, refilled_at=now, ready_at=now
     )
     minute = now.replace(second=0, microsecond=0)
     stats = []

@@ -31,6 +31,7 @@ PAGES = [
     "docs/howto/repair.md",
     "docs/howto/developing.md",
     "docs/howto/workflows.md",
+    "docs/howto/flow-control.md",
     "docs/howto/databases.md",
 ]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)

@@ -13,13 +13,19 @@ from django.db import connection, models
 from django.utils import timezone
 
 from django_pgjobs import operations, sql
-from django_pgjobs.models import DeadLetter, Job, QueueStat
+from django_pgjobs.models import DeadLetter, FlowKey, Job, QueueStat
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 #: Who each declared index is for; each must show up in the plan of at least these.
 EXPECTED_USERS = {
     "pgjobs_job_claim_idx": {"claim_jobs", "complete_and_claim_jobs", "queue_heads"},
+    # flow control (claim_jobs_flow): a key's ready jobs in FIFO order and its running ones,
+    # the due keys least recently served first, the earliest key due later
+    "pgjobs_job_flow_ready_idx": {"claim_jobs_flow"},
+    "pgjobs_job_flow_running_idx": {"claim_jobs_flow"},
+    "pgjobs_flow_key_served_idx": {"claim_jobs_flow"},
+    "pgjobs_flow_key_ready_idx": {"claim_jobs_flow"},
     # and the running half of the queue lists (pgjobs_job_queue_idx leaves running rows out)
     "pgjobs_job_lease_idx": {
         "rescue_expired",
@@ -174,6 +180,12 @@ def params_for(name: str) -> dict:
         "by": "admin user 'root'",
         "max_age": 7 * 24 * 3600.0,
         "max_per_name": 1000,
+        "flow_key": "key:k-7",
+        "concurrency_limit": 1,
+        "rate": None,
+        "burst": None,
+        "lanes": 108,
+        "idle_seconds": 86400.0,
     }
     if name == "enqueue_jobs":
         params.update(args=["[]"], kwargs=["{}"])
@@ -225,6 +237,28 @@ def seed_a_busy_installation() -> None:
             FROM generate_series(0, 19) AS q, generate_series(0, 2879) AS m
             """
         )
+        # flow control: 2,000 keys, some due, with 20,000 jobs (ready, running)
+        cursor.execute(
+            """
+            INSERT INTO pgjobs_flow_key (key, concurrency_limit, tokens, ready_at, last_served_at)
+            SELECT 'key:k-' || i, 1, 0,
+                   CASE WHEN i % 3 = 0 THEN now() - interval '1 minute'
+                        WHEN i % 3 = 1 THEN now() + interval '1 minute' END,
+                   now() - i * interval '1 second'
+            FROM generate_series(1, 2000) AS i
+            """
+        )
+        cursor.execute(
+            """
+            INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after,
+                                    attempts, max_attempts, created_at, worker, errors, flow_key)
+            SELECT 'app.jobs.j1', 'q3', 0, '[1]', '{}',
+                   CASE WHEN i % 10 = 0 THEN 'running' ELSE 'ready' END, now(), 0, 5, now(),
+                   '', '[]', 'key:k-' || (i % 2000)
+            FROM generate_series(1, 20000) AS i
+            """
+        )
+        cursor.execute("ANALYZE pgjobs_flow_key")
         cursor.execute("ANALYZE pgjobs_job")
         cursor.execute("ANALYZE pgjobs_deadletter")
         cursor.execute("ANALYZE pgjobs_stat")
@@ -251,7 +285,7 @@ def test_every_declared_index_is_used_by_the_statements_it_is_for():
     by_statement = plans()
     declared = {
         index.name
-        for model in (Job, DeadLetter, QueueStat)
+        for model in (Job, DeadLetter, QueueStat, FlowKey)
         for index in [*model._meta.indexes, *model._meta.constraints]
         if isinstance(index, (models.Index, models.UniqueConstraint))
     }

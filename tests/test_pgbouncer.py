@@ -76,3 +76,23 @@ def test_the_whole_run_goes_through_pgbouncer():
     before = bouncer.transactions(database)
     Job.objects.exists()
     assert bouncer.transactions(database) > before
+
+
+def test_per_key_limits_hold_behind_pgbouncer(through_pgbouncer, start_worker):
+    """The flow claim is one statement with no session state: two workers behind PgBouncer in
+    transaction mode keep one job of a key running at a time (docs/howto/flow-control.md)."""
+    from testproject.handlers import flow
+
+    for step in range(4):
+        for order in range(2):
+            flow.sync_order.using(concurrency_key=f"order:{order}").enqueue(order, step, 0.05)
+    workers = [start_worker("--concurrency", "2", "--poll-interval", "0.2") for _ in range(2)]
+    wait_until(lambda: not Job.objects.exists(), timeout=60)
+    for worker in workers:
+        worker.signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 0, worker.output()
+    marks = dict(Execution.objects.values_list("label", "at"))
+    for order in range(2):
+        runs = [(marks[f"start:{order}:{s}"], marks[f"end:{order}:{s}"]) for s in range(4)]
+        pairs = zip(runs, runs[1:], strict=False)
+        assert all(end <= next_start for (_, end), (next_start, _) in pairs)

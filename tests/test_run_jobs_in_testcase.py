@@ -37,6 +37,18 @@ class RunJobsInATestCase(TestCase):
         )
         self.assertEqual(run_jobs().claimed, 0)  # nothing left, nothing run twice
 
+    def test_jobs_with_flow_control_all_run_in_the_tests_transaction(self):
+        """Keys claimed earlier in the test's own transaction count as seen, and buckets refill
+        between its statements (docs/explanation/flow-control.md)."""
+        from testproject.handlers import flow
+
+        for step in range(3):
+            flow.sync_order.using(concurrency_key="order:1").enqueue(1, step)
+        flow.call_partner.enqueue_many([(n,) for n in range(5)])  # 20/s, a burst of 2
+        self.assertEqual(run_jobs().succeeded, 8)
+        labels = Execution.objects.filter(label__startswith="start:").order_by("id")
+        self.assertEqual([e.label for e in labels], ["start:1:0", "start:1:1", "start:1:2"])
+
     def test_an_async_job_writes_through_the_tests_connection(self):
         demo.record_async.enqueue("async")
         self.assertEqual(run_jobs().succeeded, 1)

@@ -1,5 +1,5 @@
-"""The operator's admin: jobs, dead letters, queues, workers, schedules, a dashboard and the
-outbox.
+"""The operator's admin: jobs, dead letters, queues, workers, schedules, a dashboard, the
+outbox and the flow control keys.
 
 Pages and the permission each needs are listed in docs/reference/admin.md. Every change goes
 through ``django_pgjobs.operations``; see ``admin.base`` for the permission model.
@@ -10,6 +10,7 @@ from django.contrib import admin
 from ..models import (
     Dashboard,
     DeadLetter,
+    FlowKey,
     Job,
     OutboxDeadLetter,
     OutboxEvent,
@@ -20,6 +21,7 @@ from ..models import (
 )
 from .dashboard import DashboardEntryAdmin
 from .dead_letters import DeadLetterAdmin
+from .flow import FlowKeyAdmin
 from .jobs import JobAdmin
 from .outbox import OutboxDeadLetterAdmin, OutboxEventAdmin
 from .queues import QueueStateAdmin, WorkerAdmin
@@ -35,6 +37,7 @@ admin.site.register(Schedule, ScheduleAdmin)
 admin.site.register(OutboxEvent, OutboxEventAdmin)
 admin.site.register(OutboxDeadLetter, OutboxDeadLetterAdmin)
 admin.site.register(Workflow, WorkflowAdmin)
+admin.site.register(FlowKey, FlowKeyAdmin)
 
 __all__ = [
     "DashboardEntryAdmin",

@@ -21,10 +21,12 @@ from . import confirm, display, repairs
 from .actions import JOB_ACTIONS, JOB_ACTIONS_BY_FILTER, Action, bulk_actions
 from .base import CappedChangeList, JobRowAdmin, QueueFilter
 from .dashboard import dashboard_view
+from .flow import waiting_on_key
 from .workflows import workflow_link
 
 LIST_FIELDS = (
     "id",
+    "flow_key",
     "name",
     "queue",
     "priority",
@@ -161,6 +163,7 @@ class JobAdmin(JobRowAdmin):
                     "priority",
                     "unique_key",
                     "waiting_key",
+                    "flow_key",
                     "workflow_page",
                 )
             },
@@ -218,6 +221,9 @@ class JobAdmin(JobRowAdmin):
             return queryset.filter(in_flight)
         if self.rows().filter(waiting_key=term).exists():  # pgjobs_job_waiting_key
             return queryset.filter(waiting_key=term)
+        on_key = Q(flow_key=term, status__in=[Status.READY, Status.RUNNING])  # flow indexes
+        if self.rows().filter(on_key).exists():
+            return queryset.filter(on_key)
         return super().search_by_text(queryset, term) | queryset.filter(unique_key=term)
 
     def get_list_display(self, request):
@@ -241,7 +247,7 @@ class JobAdmin(JobRowAdmin):
         """The view's badge; for a running job, its worker and its lease under it, and its
         progress when it reported some."""
         if obj.status != Status.RUNNING:
-            return display.badge(obj.view)
+            return format_html("{}{}", display.badge(obj.view), waiting_on_key(obj))
         expired = obj.lease_expires_at and obj.lease_expires_at < timezone.now()
         lease = _("lease expired {when}") if expired else _("lease until {when}")
         return format_html(

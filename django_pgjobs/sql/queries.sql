@@ -25,6 +25,51 @@ SELECT inserted.id, inserted.run_after, inserted.created_at, inserted.unique_key
             THEN pg_notify('pgjobs', inserted.queue) END IS NULL AS _notified
 FROM inserted;
 
+-- name: enqueue_job_flow
+-- enqueue_job for a job with a flow key (flow.py): the same insert, plus the key's row
+-- (pgjobs_flow_key) created with its limits and a full bucket, or told that a job of it is due
+-- at run_after (`ready_at`, only ever made earlier) and given the limits of this enqueue when
+-- they changed. The update touches (and locks, until the caller commits) the key's row only
+-- then: enqueues to a key already due leave it alone, so they never hold up its claims.
+WITH inserted AS (
+    INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
+                            max_attempts, unique_key, timeout, created_at, worker, errors,
+                            keep_result, task_backend, trace_context, version, flow_key)
+    VALUES (%(name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb, 'ready',
+            COALESCE(%(run_after)s::timestamptz, now()), 0, %(max_attempts)s, %(unique_key)s,
+            %(timeout)s::float8, now(), '', '[]'::jsonb, %(keep_result)s::boolean,
+            %(task_backend)s, %(trace_context_json)s::jsonb, %(version)s::int, %(flow_key)s)
+    ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
+    DO NOTHING
+    RETURNING id, queue, run_after, created_at, unique_key
+),
+added AS (
+    INSERT INTO pgjobs_flow_key (key, concurrency_limit, rate, burst, tokens, refilled_at,
+                                 ready_at)
+    SELECT %(flow_key)s, %(concurrency_limit)s::int, %(rate)s::float8, %(burst)s::float8,
+           COALESCE(%(burst)s::float8, 0), now(), inserted.run_after
+    FROM inserted
+    ON CONFLICT (key) DO NOTHING
+),
+told AS (
+    UPDATE pgjobs_flow_key AS k
+    SET ready_at = LEAST(COALESCE(k.ready_at, inserted.run_after), inserted.run_after),
+        concurrency_limit = %(concurrency_limit)s::int,
+        rate = %(rate)s::float8,
+        burst = %(burst)s::float8,
+        tokens = LEAST(k.tokens, COALESCE(%(burst)s::float8, 0))
+    FROM inserted
+    WHERE k.key = %(flow_key)s
+      AND (k.ready_at IS NULL OR k.ready_at > inserted.run_after
+           OR k.concurrency_limit IS DISTINCT FROM %(concurrency_limit)s::int
+           OR k.rate IS DISTINCT FROM %(rate)s::float8
+           OR k.burst IS DISTINCT FROM %(burst)s::float8)
+)
+SELECT inserted.id, inserted.run_after, inserted.created_at, inserted.unique_key,
+       CASE WHEN %(notify)s AND inserted.run_after <= now()
+            THEN pg_notify('pgjobs', 'flow:' || inserted.queue) END IS NULL AS _notified
+FROM inserted;
+
 -- Enqueueing with unique rules (django_pgjobs/uniqueness.py; docs/howto/unique.md). Each is one
 -- statement deciding against a unique index or the throttle window's primary key, never a read
 -- then a write. Each returns the written row whole with `created` (true: inserted, false: a
@@ -161,6 +206,24 @@ RETURNING id;
 -- meanwhile is waited for and its new end checked again).
 DELETE FROM pgjobs_throttle WHERE ends_at < now() RETURNING key;
 
+-- name: prune_flow_keys
+-- Delete the flow keys idle (no job ready nor running: `ready_at` NULL) for `idle_seconds` since
+-- they were last served or created, at most 10,000 at a time, skipping the ones a claim is
+-- deciding on. An enqueue meeting a key being deleted waits for the delete, then writes the key
+-- again (ON CONFLICT sees the deletion committed).
+DELETE FROM pgjobs_flow_key AS k
+WHERE k.key IN (
+    SELECT key FROM pgjobs_flow_key
+    WHERE ready_at IS NULL
+      AND COALESCE(last_served_at, refilled_at, '-infinity')
+          < now() - %(idle_seconds)s * interval '1 second'
+    LIMIT 10000
+    FOR UPDATE SKIP LOCKED
+)
+  AND NOT EXISTS (SELECT 1 FROM pgjobs_job AS j
+                  WHERE j.flow_key = k.key AND j.status IN ('ready', 'running'))
+RETURNING k.key;
+
 -- name: enqueue_jobs
 -- Insert many jobs of one kind in one statement: the per-job values (args, kwargs, unique key)
 -- come as parallel arrays (unnest), the rest once; same rules as enqueue_job and one notification
@@ -267,8 +330,9 @@ WHERE unique_key = %(unique_key)s AND status IN ('ready', 'running');
 -- its executor records its start (mark_started) before running it, not after.
 -- `skip_names`: names of a kind whose slots are full. A claimed job no longer holds a key of the
 -- unique scope 'waiting' (`waiting_key`). `only_ids` (unless `any_id`): the jobs an
--- immediate-mode run claims, those its caller enqueued and no other (immediate.py). Why each
--- part: docs/explanation/claim.md.
+-- immediate-mode run claims, those its caller enqueued and no other (immediate.py). Jobs with a
+-- flow key (limits, fairness) are left to claim_jobs_flow. Why each part:
+-- docs/explanation/claim.md.
 WITH candidates AS (
     SELECT id, priority, run_after, name = ANY(%(async_names)s::text[]) AS is_async
     FROM pgjobs_job
@@ -278,6 +342,7 @@ WITH candidates AS (
       AND (%(any_name)s OR name <> ALL(%(skip_names)s::text[]))
       AND (%(any_id)s OR id = ANY(%(only_ids)s::bigint[]))
       AND queue NOT IN (SELECT name FROM pgjobs_queue WHERE paused)
+      AND flow_key IS NULL
     ORDER BY priority DESC, run_after, id
     LIMIT %(limit)s::int
     FOR UPDATE SKIP LOCKED
@@ -295,6 +360,11 @@ picked AS (
     FROM ranked
     WHERE place <= CASE WHEN is_async THEN %(async_room)s::int ELSE %(sync_room)s::int END
 )
+{{claim_picked}};
+
+-- part: claim_picked
+-- The end of the claim statements: stamp the `picked` jobs (id, starts) as claimed by this
+-- worker under this claim's token, and return what the worker reads of each.
 UPDATE pgjobs_job AS j
 SET status = 'running',
     attempts = j.attempts + 1,
@@ -316,7 +386,143 @@ RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs,
           extract(epoch FROM j.created_at)::float8 AS created_at, j.keep_result,
           j.abort_requested_at IS NOT NULL AS abort_requested, NOT picked.starts AS held,
           j.returned_unstarted AND NOT picked.starts AS start_recorded_first,
-          j.trace_context, j.workflow_id;
+          j.trace_context, j.workflow_id
+
+-- name: claim_jobs_flow
+-- Claim due jobs that have a flow key (concurrency limit, rate limit, fairness key), in one
+-- statement, deciding every limit in it (docs/explanation/flow-control.md):
+-- `lanes`: the due keys, least recently served first, locked FOR UPDATE SKIP LOCKED (a second
+-- claimer skips a key another is deciding on), and skipped too when the last claim that took a
+-- job of the key is not visible to this statement's snapshot (`claimed_xid`): its running jobs
+-- would be missing from the count below (READ COMMITTED re-reads the locked row, not the rest).
+-- `room`: each key's free slots (its limit less its running jobs, counted: a job that ended in
+-- any way frees its slot) and its tokens (the bucket refilled to now, capped at `burst`).
+-- `candidates`: each key's first ready due jobs in FIFO order (run_after, id), as many as its
+-- room; a future-scheduled or retrying job is after them in the index, never ahead.
+-- `picked`: round robin across keys (first job of each key, then the second...), keys least
+-- recently served first, within the claim's limit and each kind's room; stamped as claim_jobs
+-- does (claim_picked). `served`: the keys' new state: tokens spent, served now, and `ready_at`,
+-- when a job of the key may next be claimable (now while jobs of it are out: they may come back
+-- by retry, rescue or release; else its next ready job, and not before its next token).
+-- Its clock is statement_timestamp() (not now(): the transaction's start), so that buckets
+-- refill and keys come due between the claims of one transaction too (run_jobs() in a
+-- TestCase); a key claimed earlier in this transaction counts as seen.
+-- Returns the claimed rows, then one row with `flow_wait`: seconds to the earliest key due
+-- later, among those it served and the others (NULL: none), and NULL claim columns.
+WITH lanes AS (
+    SELECT k.key, k.concurrency_limit, k.rate, k.burst, k.last_served_at,
+           CASE WHEN k.rate IS NOT NULL
+                THEN LEAST(k.burst, k.tokens + k.rate * GREATEST(
+                         extract(epoch FROM statement_timestamp() - k.refilled_at)::float8, 0))
+           END AS available
+    FROM pgjobs_flow_key AS k
+    WHERE k.ready_at IS NOT NULL AND k.ready_at <= statement_timestamp()
+      AND (k.claimed_xid IS NULL
+           OR k.claimed_xid = pg_current_xact_id_if_assigned()::text::bigint
+           OR pg_visible_in_snapshot(k.claimed_xid::text::xid8, pg_current_snapshot()))
+    ORDER BY k.last_served_at ASC NULLS FIRST, k.key
+    LIMIT %(lanes)s::int
+    FOR UPDATE SKIP LOCKED
+),
+room AS (
+    -- counted for every key, limited or not: a key with jobs out stays due (`served`)
+    SELECT l.*,
+           (SELECT count(*) FROM pgjobs_job AS r
+            WHERE r.flow_key = l.key AND r.status = 'running')::int AS running
+    FROM lanes AS l
+),
+candidates AS (
+    SELECT c.id, c.is_async, c.place, room.key AS lane, room.last_served_at
+    FROM room
+    CROSS JOIN LATERAL (
+        SELECT id, is_async, row_number() OVER (ORDER BY run_after, id) AS place
+        FROM (
+            SELECT j.id, j.run_after, j.name = ANY(%(async_names)s::text[]) AS is_async
+            FROM pgjobs_job AS j
+            WHERE j.flow_key = room.key
+              AND j.status = 'ready'
+              AND j.run_after <= statement_timestamp()
+              AND (%(all_queues)s OR j.queue = ANY(%(queues)s::text[]))
+              AND (%(any_name)s OR j.name <> ALL(%(skip_names)s::text[]))
+              AND (%(any_id)s OR j.id = ANY(%(only_ids)s::bigint[]))
+              AND j.queue NOT IN (SELECT name FROM pgjobs_queue WHERE paused)
+            ORDER BY j.run_after, j.id
+            LIMIT GREATEST(LEAST(
+                COALESCE(room.concurrency_limit - room.running, %(limit)s::int),
+                COALESCE(floor(room.available)::int, %(limit)s::int),
+                %(limit)s::int), 0)
+            FOR UPDATE SKIP LOCKED
+        ) AS due
+    ) AS c
+),
+ranked AS (
+    SELECT id, is_async, lane,
+           row_number() OVER (ORDER BY place, last_served_at ASC NULLS FIRST, lane) AS overall,
+           row_number() OVER (PARTITION BY is_async
+                              ORDER BY place, last_served_at ASC NULLS FIRST, lane) AS kind_place
+    FROM candidates
+),
+picked AS (
+    SELECT id, lane,
+           kind_place <= CASE WHEN is_async THEN %(async_starts)s::int
+                              ELSE %(sync_starts)s::int END AS starts
+    FROM ranked
+    WHERE overall <= %(limit)s::int
+      AND kind_place <= CASE WHEN is_async THEN %(async_room)s::int ELSE %(sync_room)s::int END
+),
+claimed AS ({{claim_picked}}),
+taken AS MATERIALIZED (  -- its sub-selects run once per key, not once per use below
+    SELECT room.key, room.rate, room.running, room.available,
+           (SELECT count(*) FROM picked WHERE picked.lane = room.key)::int AS taken,
+           (SELECT j.run_after FROM pgjobs_job AS j
+            WHERE j.flow_key = room.key AND j.status = 'ready'
+              AND NOT EXISTS (SELECT 1 FROM picked WHERE picked.id = j.id)
+            ORDER BY j.run_after, j.id LIMIT 1) AS next_ready
+    FROM room
+),
+tokened AS (
+    SELECT key, taken, available - taken AS tokens_left,
+           CASE WHEN rate IS NULL OR available - taken >= 1 THEN statement_timestamp()
+                ELSE statement_timestamp()
+                     + (1 - (available - taken)) / rate * interval '1 second'
+           END AS token_at,
+           running + taken > 0 AS out,
+           next_ready
+    FROM taken
+),
+planned AS (
+    SELECT key, taken, tokens_left,
+           CASE WHEN out THEN token_at
+                WHEN next_ready IS NULL THEN NULL
+                ELSE GREATEST(next_ready, token_at) END AS ready_at
+    FROM tokened
+),
+served AS (
+    -- a key that gave no job and stays due is left as it is (its bucket is refilled from
+    -- refilled_at whenever it is read): no write for the keys a claim only looked at
+    UPDATE pgjobs_flow_key AS k
+    SET tokens = CASE WHEN p.taken > 0 THEN COALESCE(p.tokens_left, k.tokens) ELSE k.tokens END,
+        refilled_at = CASE WHEN k.rate IS NOT NULL AND p.taken > 0
+                           THEN GREATEST(statement_timestamp(), k.refilled_at)
+                           ELSE k.refilled_at END,
+        last_served_at = CASE WHEN p.taken > 0 THEN statement_timestamp()
+                              ELSE k.last_served_at END,
+        claimed_xid = CASE WHEN p.taken > 0 THEN pg_current_xact_id()::text::bigint
+                           ELSE k.claimed_xid END,
+        ready_at = p.ready_at
+    FROM planned AS p
+    WHERE k.key = p.key
+      AND (p.taken > 0 OR p.ready_at IS NULL OR p.ready_at > statement_timestamp())
+    RETURNING k.ready_at
+)
+SELECT claimed.*, NULL::float8 AS flow_wait FROM claimed
+UNION ALL
+SELECT claimed.*,
+       extract(epoch FROM LEAST(
+           (SELECT min(ready_at) FROM served WHERE ready_at > statement_timestamp()),
+           (SELECT min(ready_at) FROM pgjobs_flow_key WHERE ready_at > statement_timestamp()))
+           - statement_timestamp())::float8
+FROM (SELECT) AS waited LEFT JOIN claimed ON false;
 
 -- name: mark_started
 -- Record the start of held jobs an executor took, `ago` seconds back (from then on the rescue
@@ -515,13 +721,14 @@ INSERT INTO pgjobs_deadletter (job_id, name, queue, priority, args, kwargs, atte
                                max_attempts, unique_key, waiting_key, timeout, reason,
                                error_type, errors, created_at, started_at, first_started_at,
                                failed_at, keep_result, task_backend, replayed_from, repairs,
-                               version, workflow_id, workflow_step, workflow_member)
+                               version, workflow_id, workflow_step, workflow_member,
+                               flow_key)
 SELECT id, name, queue, priority, args, kwargs, attempts, max_attempts,
        unique_key, kept_waiting_key, timeout, reason, error_type, errors || error, created_at,
        CASE WHEN unrecorded_start THEN now() ELSE started_at END,
        COALESCE(first_started_at, started_at, CASE WHEN unrecorded_start THEN now() END),
        now(), keep_result, task_backend, replayed_from, repairs, version, workflow_id,
-       workflow_step, workflow_member
+       workflow_step, workflow_member, flow_key
 FROM moved
 RETURNING id
 
@@ -668,7 +875,9 @@ RETURNING j.id, j.abort_requested_at IS NOT NULL AS abort_requested;
 -- a job that kills its worker as it starts gets one start unrecorded at most, then spends its
 -- attempts); one of the scope 'waiting' takes its key back (restore_waiting_keys). A
 -- job whose abort was requested is dead-lettered as aborted (never run again). One statement;
--- SKIP LOCKED lets several workers run it at once.
+-- SKIP LOCKED lets several workers run it at once. `flow_swept`: a flow key with ready jobs that
+-- a flow claim marked idle (`ready_at` NULL) while the enqueue of one was not yet committed is
+-- made due again (docs/explanation/flow-control.md#the-due-hint).
 WITH expired AS (
     SELECT id, started_at IS NOT NULL AS started,
            (started_at IS NOT NULL AND attempts >= max_attempts)
@@ -714,6 +923,11 @@ requeued AS (
     FROM expired
     WHERE j.id = expired.id AND NOT expired.exhausted
     RETURNING j.id, expired.started
+),
+flow_swept AS (
+    UPDATE pgjobs_flow_key AS k SET ready_at = now()
+    WHERE k.ready_at IS NULL
+      AND EXISTS (SELECT 1 FROM pgjobs_job AS j WHERE j.flow_key = k.key AND j.status = 'ready')
 )
 SELECT (SELECT count(*) FROM requeued WHERE started) AS requeued,
        (SELECT count(*) FROM dead_lettered) AS dead_lettered,
@@ -817,6 +1031,25 @@ FROM unnest(%(pids)s::int[]) AS pid;
 SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) AS ended
 FROM unnest(%(pids)s::int[]) AS pid;
 
+-- part: requeue_flow_keys
+-- CTEs after `inserted` (requeued jobs: queue, run_after, flow_key): each flow key among them
+-- is told a job of it is due (`ready_at` only made earlier), or written again when the pruner
+-- deleted it: its limits are not known here, so one job at a time (none for a fairness key)
+-- until the next enqueue of a job of it writes its own. `flow_woken`: the flow claims of their
+-- queues' workers (flow.py).
+flow_keys_due AS (
+    INSERT INTO pgjobs_flow_key AS k (key, concurrency_limit, tokens, refilled_at, ready_at)
+    SELECT flow_key, CASE WHEN left(flow_key, 5) = 'fair:' THEN NULL ELSE 1 END, 0, now(),
+           min(run_after)
+    FROM inserted WHERE flow_key IS NOT NULL GROUP BY flow_key
+    ON CONFLICT (key) DO UPDATE
+    SET ready_at = LEAST(COALESCE(k.ready_at, EXCLUDED.ready_at), EXCLUDED.ready_at)
+),
+flow_woken AS (
+    SELECT pg_notify('pgjobs', 'flow:' || queue)
+    FROM (SELECT DISTINCT queue FROM inserted WHERE flow_key IS NOT NULL) AS queues
+)
+
 -- name: requeue_dead_letters
 -- Move dead letters back to pgjobs_job as fresh 'ready' jobs (attempts reset, error history
 -- kept), in one statement: each dead letter disappears exactly when its job reappears, and
@@ -865,7 +1098,8 @@ inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
                             max_attempts, unique_key, waiting_key, kept_waiting_key, timeout,
                             created_at, worker, errors, keep_result, task_backend, replayed_from,
-                            repairs, version, workflow_id, workflow_step, workflow_member)
+                            repairs, version, workflow_id, workflow_step, workflow_member,
+                            flow_key)
     SELECT name, queue, priority, args, kwargs, 'ready',
            GREATEST(now(), %(previous_due)s::timestamptz
                            + %(spacing)s::float8 * interval '1 second')
@@ -878,15 +1112,18 @@ inserted AS (
                                              'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
                                'by', %(requested_by)s::text, 'action', %(action)s::text,
                                'dead_letter', id, 'job_id', job_id)) END,
-           version, workflow_id, workflow_step, workflow_member
+           version, workflow_id, workflow_step, workflow_member, flow_key
     FROM spaced
-    RETURNING id, queue, run_after
+    RETURNING id, queue, run_after, flow_key
 ),
+{{requeue_flow_keys}},
 {{resume_workflows}},
 woken AS (
     SELECT pg_notify('pgjobs', queue) FROM (SELECT DISTINCT queue FROM inserted) AS queues
 )
-SELECT inserted.id, inserted.run_after FROM inserted, (SELECT count(*) FROM woken) AS notified;
+SELECT inserted.id, inserted.run_after
+FROM inserted, (SELECT count(*) FROM woken) AS notified,
+     (SELECT count(*) FROM flow_woken) AS flow_notified;
 
 -- part: resume_workflows
 -- CTEs after `moved` (dead letters leaving for pgjobs_job, with their workflow): the workflows
@@ -933,7 +1170,7 @@ inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
                             max_attempts, unique_key, timeout, created_at, worker, errors,
                             keep_result, task_backend, replayed_from, repairs, version,
-                            workflow_id, workflow_step, workflow_member)
+                            workflow_id, workflow_step, workflow_member, flow_key)
     SELECT name, queue, priority, %(args)s::jsonb, %(kwargs)s::jsonb, 'ready', now(), 0,
            max_attempts, unique_key, timeout, now(), '', errors, keep_result, task_backend, id,
            repairs || jsonb_build_array(jsonb_build_object(
@@ -941,12 +1178,14 @@ inserted AS (
                'by', %(by)s::text, 'action', 'edit and requeue', 'dead_letter', id,
                'job_id', job_id, 'args_before', args, 'kwargs_before', kwargs,
                'args', %(args)s::jsonb, 'kwargs', %(kwargs)s::jsonb)),
-           %(version)s::int, workflow_id, workflow_step, workflow_member
+           %(version)s::int, workflow_id, workflow_step, workflow_member, flow_key
     FROM moved
-    RETURNING id, queue
+    RETURNING id, queue, run_after, flow_key
 ),
+{{requeue_flow_keys}},
 {{resume_workflows}}
-SELECT inserted.id, pg_notify('pgjobs', inserted.queue) IS NULL AS _notified FROM inserted;
+SELECT inserted.id, pg_notify('pgjobs', inserted.queue) IS NULL AS _notified
+FROM inserted, (SELECT count(*) FROM flow_woken) AS flow_notified;
 
 -- name: prune_dead_letters
 -- Delete one bounded batch of dead letters past their retention: failed more than `max_age`
@@ -1023,13 +1262,22 @@ DELETE FROM pgjobs_deadletter WHERE id = ANY(%(ids)s::bigint[]) RETURNING id;
 -- Make waiting jobs (scheduled or retrying) due now, and wake the workers listening on their
 -- queues (one notification per queue; sent whatever LISTEN_NOTIFY says: an operator action is
 -- rare, and a notification nobody listens to costs nothing).
+-- Their flow keys are told they are due now (the flow claim looks at due keys only).
 WITH due AS (
     UPDATE pgjobs_job SET run_after = now()
     WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready'
-    RETURNING id, queue
+    RETURNING id, queue, flow_key
+),
+keys_due AS (
+    UPDATE pgjobs_flow_key AS k SET ready_at = now()
+    WHERE k.key IN (SELECT flow_key FROM due WHERE flow_key IS NOT NULL)
+      AND (k.ready_at IS NULL OR k.ready_at > now())
 ),
 woken AS (
     SELECT pg_notify('pgjobs', queue) FROM (SELECT DISTINCT queue FROM due) AS queues
+    UNION ALL
+    SELECT pg_notify('pgjobs', 'flow:' || queue)
+    FROM (SELECT DISTINCT queue FROM due WHERE flow_key IS NOT NULL) AS flow_queues
 )
 SELECT due.id FROM due, (SELECT count(*) FROM woken) AS notified;
 
@@ -1223,11 +1471,13 @@ WHERE queue = %(queue)s AND status = 'ready' AND attempts = 0 AND run_after > no
 -- worker would claim next is not the oldest. pgjobs_job_claim_idx leads with priority: a loose
 -- scan finds the distinct priorities of ready jobs (a handful), and within each the index is in
 -- due order, so the oldest due job of a queue at that priority is the first of that queue.
+-- Jobs waiting on a flow key are left out: they wait on their key's limits, not on workers.
 WITH RECURSIVE priorities(priority) AS (
-    (SELECT priority FROM pgjobs_job WHERE status = 'ready' ORDER BY priority DESC LIMIT 1)
+    (SELECT priority FROM pgjobs_job WHERE status = 'ready' AND flow_key IS NULL
+     ORDER BY priority DESC LIMIT 1)
     UNION ALL
     SELECT (SELECT j.priority FROM pgjobs_job AS j
-            WHERE j.status = 'ready' AND j.priority < p.priority
+            WHERE j.status = 'ready' AND j.flow_key IS NULL AND j.priority < p.priority
             ORDER BY j.priority DESC LIMIT 1)
     FROM priorities AS p WHERE p.priority IS NOT NULL
 )
@@ -1236,7 +1486,8 @@ FROM unnest(%(queues)s::text[]) AS q(name)
 CROSS JOIN priorities AS p
 CROSS JOIN LATERAL (
     SELECT run_after FROM pgjobs_job
-    WHERE status = 'ready' AND queue = q.name AND priority = p.priority AND run_after <= now()
+    WHERE status = 'ready' AND flow_key IS NULL AND queue = q.name AND priority = p.priority
+      AND run_after <= now()
     ORDER BY priority DESC, run_after, id
     LIMIT 1
 ) AS head

@@ -77,6 +77,11 @@ class Claimer:
         self.finished_at_claim = 0  # jobs finished (stats.finished) when the last claim went
         self.unknown_until: dict[str, float] = {}  # name handed back unknown -> skipped until
         self.next_poll = time.monotonic()  # when to look for ready jobs unprompted
+        # the flow claim (jobs with a flow key: claim_jobs_flow): when it is due unprompted,
+        # and the jobs it took that this worker still holds (one finishing frees a key's slot)
+        self.flow_at = time.monotonic()
+        self.flow_held: set[int] = set()
+        self.flow_soon = False  # the last flow claim took jobs or saw a key due within a poll
 
     def capacity(self) -> int:
         """Jobs the next claim may take: the free slots of both kinds, within ``max_jobs``."""
@@ -92,11 +97,21 @@ class Claimer:
         return max_jobs is not None and self.state.stats.claimed >= max_jobs
 
     def due(self) -> bool:
-        """Claim now: jobs may be ready (last claim full, woken, or poll due) and it is worth a
-        statement: for sync jobs, an executor may soon be idle (fewer jobs waiting locally than
-        executors), half their room is free, or acknowledgements are due; for async jobs, a
-        slot is free and async jobs may be ready (``Slots.async_wanted``). Without prefetch
-        every free sync slot is an idle executor."""
+        """Claim now: the plain claim (``plain_due``) or the flow claim (``flow_due``) is due."""
+        if self.stop.requested.is_set() or self.capacity() == 0:
+            return False
+        return self.flow_due() or self.plain_due()
+
+    def next_look(self) -> float:
+        """When to claim unprompted: the poll, or the flow claim's next look."""
+        return min(self.next_poll, self.flow_at)
+
+    def plain_due(self) -> bool:
+        """The plain claim is due: jobs may be ready (last claim full, woken, or poll due) and
+        it is worth a statement: for sync jobs, an executor may soon be idle (fewer jobs waiting
+        locally than executors), half their room is free, or acknowledgements are due; for
+        async jobs, a slot is free and async jobs may be ready (``Slots.async_wanted``).
+        Without prefetch every free sync slot is an idle executor."""
         if self.stop.requested.is_set() or self.capacity() == 0:
             return False
         fresh = self.inbox.woken() or time.monotonic() >= self.next_poll or self.slots.kind_freed()
@@ -114,8 +129,16 @@ class Claimer:
         )
 
     def claim(self) -> None:
-        """Claim for the free slots (carrying the pending acknowledgements) and dispatch what
-        the claim returns; then say when to look again."""
+        """Claim for the free slots: the flow claim first when due, then the plain claim
+        (carrying the pending acknowledgements) when due; dispatch what they return."""
+        plain = self.plain_due()
+        if self.flow_due():
+            self.claim_flow()
+        if plain and self.capacity() > 0:
+            self.claim_plain()
+
+    def claim_plain(self) -> None:
+        """The plain claim, carrying the pending acknowledgements; then when to look again."""
         woken = self.inbox.take_wake()
         self.finished_at_claim = self.state.stats.finished
         self.more_ready = self._claim_and_dispatch()
@@ -131,6 +154,10 @@ class Claimer:
         plan = self.slots.plan(limit)
         jobs = self._claim(plan)
         full = self.slots.filled_a_room(plan, jobs) or len(jobs) == limit
+        return self._dispatch(jobs) or full
+
+    def _dispatch(self, jobs: list[ClaimedJob]) -> bool:
+        """Hold, admit and start what a claim returned; True when some went back at once."""
         state = self.state
         free_sync = self.options.concurrency - len(state.held) + len(state.async_held)
         runnable, returned = self._admit(jobs)
@@ -144,7 +171,64 @@ class Claimer:
             [pair for pair in runnable if pair[0].id not in surplus], list(surplus.values())
         )
         # jobs handed back are ready again: a burst worker must not take this claim as the end
-        return full or bool(surplus)
+        return bool(surplus)
+
+    # -- the flow claim (jobs with a flow key; docs/explanation/flow-control.md) ---------------
+
+    def flow_due(self) -> bool:
+        """The flow claim is due: an executor or async slot is free, and keyed jobs may be
+        claimable: its look is due (its last claim took jobs, a key it saw is due again, or the
+        poll), a job with a flow key was enqueued (``Inbox.wake_flow``), or a job it took has
+        finished (its key's slot is free once acknowledged)."""
+        if self.stop.requested.is_set() or not self._flow_room():
+            return False
+        if self.inbox.take_flow_wake():
+            self.flow_at = time.monotonic()
+        if time.monotonic() >= self.flow_at:
+            return True
+        held = self.state.held
+        return any(job_id not in held for job_id in self.flow_held) or any(
+            job.id in self.flow_held for job in self.acks.pending
+        )
+
+    def _flow_room(self) -> int:
+        _, async_room = self.slots.rooms()
+        return min(self.capacity(), self.slots.free_executors() + async_room)
+
+    def claim_flow(self) -> None:
+        """Claim jobs with a flow key for the free executors and async slots (never held: a
+        held job would keep its key's slot from another worker's idle executor), after sending
+        the finished ones' acknowledgements (a finished job holds its key's slot until then)."""
+        if self.acks.pending:
+            self.acks.flush()
+        self.flow_held &= self.state.held.keys()
+        room = self._flow_room()
+        now = time.monotonic()
+        if room <= 0:
+            self.flow_at = now + self.options.poll_interval
+            self.flow_soon = False
+            return
+        # a backlog of plain jobs (the last plain claim was full) keeps half the room
+        limit = min(room if not self.more_ready else max(1, room // 2), self.options.batch_size)
+        free_sync = self.slots.free_executors()
+        _, async_room = self.slots.rooms()
+        plan = ClaimPlan(
+            limit=limit,
+            sync_room=min(free_sync, limit),
+            sync_starts=free_sync,
+            async_room=min(async_room, limit),
+            async_starts=async_room,
+            async_names=self.slots.async_names,
+        )
+        claim = self.claims.claim(plan, self._skips())
+        jobs, wait = operations.claim_jobs_flow(self.db.connection(), claim, lanes=limit * 2 + 8)
+        self.flow_held.update(job.id for job in jobs)
+        self._dispatch(jobs)
+        poll = self.options.poll_interval
+        # jobs taken: more may be claimable at once; else when a key it saw is due again
+        self.flow_at = now if jobs else now + (poll if wait is None else min(wait, poll))
+        # a burst worker waits for keys due within a poll (a rate limit's next token)
+        self.flow_soon = bool(jobs) or (wait is not None and wait <= poll)
 
     def _claim(self, plan: ClaimPlan) -> list[ClaimedJob]:
         """The claim statement, which carries the pending acknowledgements."""

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from django.db import connections
 
+from ..flow import FLOW_WAKE_PREFIX
 from .aborts import ABORT_CHANNEL, parse_notice
 from .faults import FIRST_WAIT_SECONDS, next_wait
 from .outcomes import Inbox, one_line
@@ -39,7 +40,8 @@ class Listener:
         self.thread.start()
 
     def run(self) -> None:
-        """Wake the dispatcher on NOTIFY pgjobs (payload: the queue of a due job); pass on
+        """Wake the dispatcher on NOTIFY pgjobs (payload: the queue of a due job, ``flow:<queue>``
+        for a job with a flow key: its flow claim too); pass on
         NOTIFY pgjobs_abort (payload: a job id)."""
         inbox, wanted = self.inbox, self.wanted
         stop = self.stop.requested
@@ -51,7 +53,7 @@ class Listener:
                 raw = connection.connection
                 raw.execute(f"LISTEN {ABORT_CHANNEL}")
                 raw.execute(f"LISTEN {NOTIFY_CHANNEL}")  # last: pg_stat_activity shows it
-                inbox.wake()  # anything enqueued while we were not listening
+                inbox.wake_flow()  # anything enqueued while we were not listening
                 delay = FIRST_WAIT_SECONDS
                 while not stop.is_set():
                     for notify in raw.notifies(timeout=0.25):
@@ -59,6 +61,10 @@ class Listener:
                             notice = parse_notice(notify.payload)
                             if notice is not None:
                                 inbox.put(notice)
+                        elif notify.payload.startswith(FLOW_WAKE_PREFIX):
+                            queue = notify.payload[len(FLOW_WAKE_PREFIX) :]
+                            if wanted is None or queue in wanted:
+                                inbox.wake_flow()
                         elif wanted is None or notify.payload in wanted:
                             inbox.wake()
                         if stop.is_set():

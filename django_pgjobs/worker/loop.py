@@ -304,7 +304,7 @@ class Worker:
         """A burst worker found nothing more to do, or ``max_jobs`` were claimed and ran."""
         claimer = self.claimer
         if self.options.burst and not (
-            claimer.more_ready or self.state.held or self.slots.last_skip
+            claimer.more_ready or self.state.held or self.slots.last_skip or claimer.flow_soon
         ):
             if claimer.finished_at_claim == self.state.stats.finished:
                 return True
@@ -334,7 +334,7 @@ class Worker:
         deadline = min(unit.next_due for unit in self.units)
         if not stop.requested.is_set() and not self.claimer.more_ready:
             if self.claimer.capacity() > 0:
-                deadline = min(deadline, self.claimer.next_poll)
+                deadline = min(deadline, self.claimer.next_look())
         if stop.requested.is_set() and turns.grace_deadline is not None:
             deadline = min(deadline, turns.grace_deadline)
         for due in (self.acks.deadline(), self.starts.deadline()):

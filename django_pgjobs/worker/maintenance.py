@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from .. import metrics, operations, retention
+from .. import flow, metrics, operations, retention
 from .faults import DispatcherDatabase
 from .logs import log_stats
 from .outcomes import Stats
@@ -245,10 +245,11 @@ class Pruner(AtStartThenJittered):
     """Deletes the successful jobs kept past their retention: ``keep_succeeded_seconds``, or
     ``keep_results_seconds`` for jobs that kept their result (always: those are kept whatever
     ``KEEP_SUCCEEDED_SECONDS`` says), the throttle windows past their end
-    (``models.ThrottleWindow``), the dead letters past their retention (``DEAD_LETTER_MAX_*``
-    settings: bounded batches, one worker at a time, ``operations.prune_dead_letters``), and the
-    workflows finished ``keep_workflows_seconds`` ago (``retention.prune_workflows``, bounded
-    batches). Returns how many rows it deleted."""
+    (``models.ThrottleWindow``), the flow keys idle for a day (``flow.prune_flow_keys``), the
+    dead letters past their retention (``DEAD_LETTER_MAX_*`` settings: bounded batches, one
+    worker at a time, ``operations.prune_dead_letters``), and the workflows finished
+    ``keep_workflows_seconds`` ago (``retention.prune_workflows``, bounded batches). Returns how
+    many rows it deleted."""
 
     def __init__(self, db: DispatcherDatabase, config: PruneConfig) -> None:
         self.db, self.config = db, config
@@ -262,6 +263,7 @@ class Pruner(AtStartThenJittered):
                 connection, config.keep_succeeded_seconds, config.keep_results_seconds, config.limit
             )
             + operations.prune_throttle_windows(connection)
+            + flow.prune_flow_keys(connection)
             + self.prune_dead_letters(connection)
             + self.prune_workflows(connection)
         )

@@ -82,6 +82,7 @@ class Inbox:
     def __init__(self) -> None:
         self.queue: queue_module.Queue = queue_module.Queue()
         self._wake_pending = threading.Event()
+        self._flow_pending = threading.Event()
 
     def put(self, item) -> None:
         self.queue.put(item)
@@ -90,6 +91,17 @@ class Inbox:
         if not self._wake_pending.is_set():
             self._wake_pending.set()
             self.queue.put(WAKE)
+
+    def wake_flow(self) -> None:
+        """A job with a flow key was enqueued: the flow claim is due too (``flow_claims``)."""
+        self._flow_pending.set()
+        self.wake()
+
+    def take_flow_wake(self) -> bool:
+        """(Dispatcher.) Whether a flow wake-up was pending; it is not any more."""
+        woken = self._flow_pending.is_set()
+        self._flow_pending.clear()
+        return woken
 
     def woken(self) -> bool:
         """A wake-up is pending."""

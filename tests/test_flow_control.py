@@ -1,0 +1,277 @@
+"""Flow control in the claim (docs/howto/flow-control.md): per-key concurrency, rate limits and
+fair sharing, with real ``runjobs`` processes against real PostgreSQL. Each job records its
+start and end (Execution rows, clock of one machine), from which the limits are checked."""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+from collections import defaultdict
+from datetime import timedelta
+
+import pytest
+from django.db import connection, transaction
+from django.utils import timezone
+from helpers import FAST_LEASES, wait_until
+
+from django_pgjobs import chain, job, operations
+from django_pgjobs.conf import ConfigError, get_config
+from django_pgjobs.flow import prune_flow_keys
+from django_pgjobs.models import DeadLetter, FlowKey, Job
+from django_pgjobs.testing import run_jobs
+from testproject.demo.models import Execution
+from testproject.handlers import flow
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def intervals() -> dict[str, list[tuple[int, float, float]]]:
+    """Per key: (step, start, end) of each job, in start order."""
+    marks: dict[tuple[str, int], dict[str, float]] = defaultdict(dict)
+    for label, at in Execution.objects.values_list("label", "at"):
+        edge, key, step = label.split(":")
+        marks[(key, int(step))][edge] = at.timestamp()
+    by_key: dict[str, list[tuple[int, float, float]]] = defaultdict(list)
+    for (key, step), edges in marks.items():
+        by_key[key].append((step, edges["start"], edges["end"]))
+    return {key: sorted(runs, key=lambda run: run[1]) for key, runs in by_key.items()}
+
+
+def most_at_once(runs: list[tuple[int, float, float]]) -> int:
+    events = sorted([(start, 1) for _, start, _ in runs] + [(end, -1) for _, _, end in runs])
+    running = peak = 0
+    for _, change in events:
+        running += change
+        peak = max(peak, running)
+    return peak
+
+
+def test_four_workers_never_run_two_jobs_of_a_key_at_once_and_keep_fifo(start_worker):
+    for step in range(10):
+        for order in range(4):
+            flow.sync_order.using(concurrency_key=f"order:{order}").enqueue(order, step, 0.05)
+    workers = [start_worker("--concurrency", "4") for _ in range(4)]
+    wait_until(lambda: not Job.objects.exists(), timeout=60)
+    for worker in workers:
+        worker.signal(signal.SIGTERM)
+    for worker in workers:
+        assert worker.wait(30) == 0, worker.output()
+    runs = intervals()
+    assert sorted(runs) == ["0", "1", "2", "3"] and all(len(r) == 10 for r in runs.values())
+    for key, key_runs in runs.items():
+        assert most_at_once(key_runs) == 1, f"order {key} ran two jobs at once: {key_runs}"
+        assert [step for step, _, _ in key_runs] == list(range(10)), f"order {key} not FIFO"
+
+
+def test_a_limit_of_two_reaches_two(start_worker):
+    flow.export_account.enqueue_many([((7, part, 0.4), {}) for part in range(8)])
+    worker = start_worker("--concurrency", "4")
+    wait_until(lambda: not Job.objects.exists(), timeout=60)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.output()
+    assert most_at_once(intervals()["7"]) == 2
+
+
+def test_a_sigkilled_workers_key_slot_comes_back_with_its_lease(start_worker):
+    flow.sync_order.using(concurrency_key="order:9").enqueue(9, 0, 30)
+    flow.sync_order.using(concurrency_key="order:9").enqueue(9, 1, 0)
+    victim = start_worker("--concurrency", "2", env=FAST_LEASES)
+    wait_until(lambda: Execution.objects.filter(label="start:9:0").exists(), timeout=30)
+    time.sleep(0.3)
+    assert not Execution.objects.filter(label="start:9:1").exists()  # the key's slot is taken
+    victim.kill()
+    survivor = start_worker("--concurrency", "2", env=FAST_LEASES)
+    # the rescue frees the slot and puts the first job back, due now: behind the second (FIFO by
+    # due time), which runs, then the first again (its second attempt), alone
+    wait_until(lambda: Execution.objects.filter(label="start:9:0").count() == 2, timeout=60)
+    survivor.kill()
+    (end_of_second,) = Execution.objects.filter(label="end:9:1").values_list("at", flat=True)
+    first_starts = Execution.objects.filter(label="start:9:0").order_by("at")
+    assert first_starts[1].attempt == 2 and first_starts[1].at >= end_of_second
+
+
+def test_run_jobs_respects_the_key_and_counts_slots_from_running_rows():
+    for step in range(3):
+        flow.sync_order.using(concurrency_key="order:1").enqueue(1, step)
+    assert run_jobs().succeeded == 3
+    assert [step for step, _, _ in intervals()["1"]] == [0, 1, 2]
+    key = FlowKey.objects.get(key="key:order:1")
+    assert key.concurrency_limit == 1 and key.ready_at is None
+
+
+@pytest.mark.long
+def test_a_rate_limit_of_20_a_second_holds_across_three_workers(start_worker):
+    flow.call_partner.enqueue_many([(n,) for n in range(200)])
+    workers = [start_worker("--concurrency", "4") for _ in range(3)]
+    wait_until(lambda: not Job.objects.exists(), timeout=60)
+    for worker in workers:
+        worker.signal(signal.SIGTERM)
+    # the times the claims took the jobs (their started_at, the database's clock)
+    labels = Execution.objects.values_list("label", flat=True)
+    claimed = sorted(float(label.split("@")[1]) for label in labels)
+    assert len(claimed) == 200
+    # any one-second window: at most 20 plus the bucket's burst (a tenth of a second's worth, 2)
+    busiest = max(sum(1 for t in claimed[i:] if t < at + 1.0) for i, at in enumerate(claimed))
+    assert busiest <= 20 + 2, f"{busiest} calls claimed in one second"
+    took = claimed[-1] - claimed[0]
+    assert 9.0 <= took <= 11.0, f"200 calls at 20/s took {took:.2f}s"
+
+
+def test_a_small_tenant_is_served_before_a_tenth_of_a_big_backlog(start_worker):
+    with transaction.atomic():
+        flow.import_row.using(fairness_key="tenant:big").enqueue_many(
+            [("big", row) for row in range(5000)]
+        )
+    with transaction.atomic():
+        flow.import_row.using(fairness_key="tenant:small").enqueue_many(
+            [("small", row) for row in range(20)]
+        )
+    workers = [start_worker("--concurrency", "2") for _ in range(2)]
+    wait_until(lambda: Execution.objects.filter(label__startswith="small:").count() == 20, 60)
+    for worker in workers:
+        worker.kill()
+    last_small = Execution.objects.filter(label__startswith="small:").order_by("-at")[0].at
+    big_before = Execution.objects.filter(label__startswith="big:", at__lt=last_small).count()
+    assert big_before < 500, f"{big_before} big jobs ran before the small tenant's 20"
+
+
+def test_a_scheduled_job_of_a_key_never_stalls_its_ready_jobs_and_runs_when_made_due():
+    later = flow.sync_order.using(concurrency_key="order:5", delay=3600).enqueue(5, 0)
+    flow.sync_order.using(concurrency_key="order:5").enqueue(5, 1)
+    assert run_jobs().succeeded == 1  # the ready one, past the scheduled one ahead of it
+    assert Job.objects.filter(pk=later.pk, status="ready").exists()
+    assert run_jobs(with_scheduled=True).succeeded == 1  # "Run now" tells its key
+    assert [step for step, _, _ in intervals()["5"]] == [1, 0]
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"concurrency_limit": 0}, "concurrency_limit must be between 1 and 10,000, not 0"),
+        ({"concurrency_limit": "2"}, "concurrency_limit must be an int"),
+        ({"rate_limit": "20/x"}, "rate_limit must be a number of jobs greater than 0 per"),
+        ({"rate_limit": "0/s"}, "written like '20/s', '100/m' or '1000/h', not '0/s'"),
+    ],
+)
+def test_bad_limits_are_refused_at_decoration(options, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        job(name="flow_bad_limit", **options)(lambda: None)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: flow.sync_order.using(concurrency_key="k" * 201), "at most 200 characters"),
+        (lambda: flow.sync_order.using(fairness_key=""), "fairness_key must be a non-empty"),
+        (
+            lambda: flow.export_account.using(fairness_key="tenant:1").enqueue(1, 1),
+            "a fairness_key applies to jobs without concurrency_limit",
+        ),
+        (
+            lambda: flow.call_partner.using(concurrency_key="partner").enqueue(1),
+            "a job with rate_limit (one bucket for all its calls) takes no concurrency_key",
+        ),
+    ],
+)
+def test_keys_that_cannot_apply_are_refused_at_enqueue(call, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        call()
+    assert not Job.objects.exists()
+
+
+def test_a_queue_rate_limit_is_checked_and_keys_its_jobs(settings):
+    settings.PGJOBS = {**settings.PGJOBS, "QUEUE_RATE_LIMITS": {"flow": "often"}}
+    with pytest.raises(ConfigError, match="the rate limit of queue 'flow' must be a number"):
+        get_config()
+    settings.PGJOBS = {**settings.PGJOBS, "QUEUE_RATE_LIMITS": {"flow": "100/m"}}
+    assert flow.import_row.enqueue("t", 1).flow_key == "queue:flow"
+    key = FlowKey.objects.get(key="queue:flow")
+    assert key.rate == pytest.approx(100 / 60) and key.burst == 1.0
+    with pytest.raises(ValueError, match="queue 'flow' has a rate limit"):
+        flow.import_row.using(fairness_key="tenant:1").enqueue("t", 2)
+
+
+def test_the_admin_shows_keys_holding_slots_their_use_and_jobs_waiting_on_them(admin_client):
+    for step in range(3):
+        flow.sync_order.using(concurrency_key="order:3").enqueue(3, step)
+    flow.call_partner.enqueue(1)
+    Job.objects.filter(flow_key="key:order:3", args=[3, 0]).update(status="running")  # a slot
+    page = admin_client.get("/admin/django_pgjobs/flowkey/?slots=held").content.decode()
+    assert "key:order:3" in page and "job:" not in page  # the key holding a slot, alone
+    assert "1 / 1" in page and ">2</a>" in page  # its slot used, its two jobs waiting
+    page = admin_client.get("/admin/django_pgjobs/flowkey/").content.decode()
+    assert "20/s (2.0 of 2 now)" in page  # the rate limit's use: a full bucket
+    jobs = admin_client.get("/admin/django_pgjobs/job/?q=key:order:3").content.decode()
+    assert jobs.count("waits on key") == 2
+
+
+def test_a_key_marked_idle_while_its_job_was_being_enqueued_is_made_due_by_the_rescue():
+    flow.sync_order.using(concurrency_key="order:8").enqueue(8, 0)
+    # what a flow claim leaves when it ran while this enqueue had not committed yet
+    FlowKey.objects.filter(key="key:order:8").update(ready_at=None)
+    operations.rescue(connection)  # also what every worker runs at its rescue interval
+    assert FlowKey.objects.get(key="key:order:8").ready_at is not None
+    assert run_jobs().succeeded == 1
+
+
+def test_a_workflow_step_with_flow_control_is_refused():
+    with pytest.raises(ValueError, match="a workflow step takes no flow control yet"):
+        chain(flow.sync_order.using(concurrency_key="order:1").s(1, 0)).enqueue()
+    assert not Job.objects.exists()
+
+
+def test_keys_idle_for_a_day_are_pruned_and_written_again_by_their_next_job():
+    flow.sync_order.using(concurrency_key="order:4").enqueue(4, 0)
+    flow.sync_order.using(concurrency_key="order:6").enqueue(6, 0)
+    run_jobs()
+    flow.sync_order.using(concurrency_key="order:6").enqueue(6, 1)  # waiting: its key is kept
+    long_ago = timezone.now() - timedelta(days=2)
+    FlowKey.objects.update(last_served_at=long_ago, refilled_at=long_ago)
+    assert prune_flow_keys(connection) == 1
+    assert list(FlowKey.objects.values_list("key", flat=True)) == ["key:order:6"]
+    flow.sync_order.using(concurrency_key="order:4").enqueue(4, 1)
+    assert FlowKey.objects.get(key="key:order:4").concurrency_limit == 1
+    assert run_jobs().succeeded == 2
+
+
+def test_a_key_whose_last_claim_this_snapshot_cannot_see_is_left_to_the_next_claim(
+    other_connection,
+):
+    """What a claim meets when another claim of the key committed after its snapshot was taken:
+    its count of running jobs would miss that claim's jobs, so it leaves the key alone."""
+    flow.sync_order.using(concurrency_key="order:2").enqueue(2, 0)
+    other_connection.execute("BEGIN")
+    (xid,) = other_connection.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
+    FlowKey.objects.filter(key="key:order:2").update(claimed_xid=xid)  # "claimed" by it
+    assert run_jobs().succeeded == 0  # in progress for this snapshot: not visible
+    other_connection.execute("COMMIT")
+    assert run_jobs().succeeded == 1
+
+
+def test_a_requeued_dead_letter_keeps_its_key_even_once_the_key_was_pruned():
+    flow.sync_order_once.using(concurrency_key="order:11").enqueue(11)
+    assert run_jobs().dead_lettered == 1
+    (dead,) = DeadLetter.objects.all()
+    assert dead.flow_key == "key:order:11"
+    FlowKey.objects.all().delete()  # idle for a day: pruned
+    flow.sync_order.using(concurrency_key="order:11").enqueue(11, 0, 0.0)  # ahead of it
+    FlowKey.objects.all().delete()
+    operations.requeue_dead_letters(connection, [dead.id])
+    requeued = Job.objects.get(name=flow.sync_order_once.name)
+    assert requeued.flow_key == "key:order:11"
+    key = FlowKey.objects.get(key="key:order:11")  # written again, one at a time
+    assert key.concurrency_limit == 1 and key.ready_at is not None
+    stats = run_jobs()
+    assert stats.succeeded == 1 and stats.dead_lettered == 1
+
+
+def test_a_key_with_a_job_out_stays_due_so_its_retry_or_rescue_is_seen_at_once():
+    flow.import_row.using(fairness_key="tenant:1").enqueue("t", 1)
+    claims = operations.ClaimBuilder(worker="w", queues=None, lease_seconds=60)
+    (taken,), _ = operations.claim_jobs_flow(connection, claims.take(10), lanes=10)
+    assert operations.claim_jobs_flow(connection, claims.take(10), lanes=10).claimed == []
+    # its job is out (running): it may come back ready (a retry, a rescue), so the key is due
+    assert FlowKey.objects.get(key="fair:tenant:1").ready_at is not None
+    operations.release_jobs(connection, [taken])  # back, unstarted
+    assert run_jobs().succeeded == 1
