@@ -198,6 +198,9 @@ def test_pause_and_run_now_in_a_browser_with_a_worker_running(
     live_server, browser_page, django_user_model, start_worker
 ):
     row = every_minute(name="hourly report", args=["run from the admin"])
+    # not due before the test makes it so: a minute boundary crossed before the pause (a slow
+    # log-in) would fire it for real
+    Schedule.objects.filter(pk=row.pk).update(next_fire_at=timezone.now() + dt.timedelta(hours=1))
     django_user_model.objects.create_superuser("operator", "op@example.com", PASSWORD)
     worker = start_worker("-v", "2")
     page, expect = browser_page, sync_api.expect
