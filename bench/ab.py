@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -55,6 +56,11 @@ def main(argv: list[str] | None = None) -> int:
         check=True,
         capture_output=True,
     )
+    # One harness for both sides, the working tree's: only the package differs. A base's own
+    # bench/ may time things differently (before the bulk driver held its exit out of the
+    # drain, a 6,000-job drain measured the producer's exit more than the drain).
+    shutil.rmtree(base_tree / "bench")
+    shutil.copytree(ROOT / "bench", base_tree / "bench")
     trees = {"base": base_tree, "head": ROOT}
     samples: dict[str, dict[str, list[float]]] = {"base": {}, "head": {}}
     try:

@@ -3,7 +3,7 @@
 import asyncio
 import time
 
-from bench.drivers.common import record_latency
+from bench.drivers.common import record_latency, record_probe
 from django_pgjobs import job
 
 
@@ -25,3 +25,8 @@ async def async_nap(seconds: float) -> None:
 @job(name="bench.timed")
 def timed(sent: float) -> None:
     record_latency(sent)
+
+
+@job(name="bench.probe")
+def probe(sent: float) -> None:
+    record_probe(sent)

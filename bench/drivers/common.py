@@ -36,6 +36,36 @@ def record_latency(sent: float) -> None:
             handle.write(f"{delay:.6f}\n")
 
 
+def record_probe(sent: float) -> None:
+    """The soak's probe: when it started and its enqueue -> start delay (``BENCH_PROBE_FILE``).
+    Small appends to one file from several workers do not interleave (O_APPEND)."""
+    path = os.environ.get("BENCH_PROBE_FILE")
+    if path:
+        now = time.time()
+        with open(path, "a") as handle:
+            handle.write(f"{now:.6f} {now - sent:.6f}\n")
+
+
+def paced_load(rate: int, seconds: float, probe_gap: float, enqueue_batch, enqueue_probe) -> None:
+    """``rate`` jobs/s for ``seconds``: every 10 ms, ``enqueue_batch(n)`` with as many as keep
+    the count on schedule from the start (at most one second's worth at once, when behind), and
+    a probe every ``probe_gap`` seconds."""
+    start = time.monotonic()
+    sent = probes = 0
+    next_probe = start
+    while (now := time.monotonic()) - start < seconds:
+        due = min(int(rate * (now - start)) - sent, rate)
+        if due > 0:
+            enqueue_batch(due)
+            sent += due
+        if now >= next_probe:
+            enqueue_probe(time.time())
+            probes += 1
+            next_probe += probe_gap
+        time.sleep(max(0.0, 0.01 - (time.monotonic() - now)))
+    report(sent=sent, probes=probes, seconds=time.monotonic() - start)
+
+
 def timed_loop(n: int, enqueue_one) -> None:
     wait_for_go()
     start = time.time()
@@ -49,6 +79,15 @@ def timed_bulk(enqueue_all) -> None:
     start = time.perf_counter()
     enqueue_all()
     report(seconds=time.perf_counter() - start, end=time.time())
+    hold()
+
+
+def hold() -> None:
+    """After a bulk enqueue's report, with ``BENCH_HOLD=1``: wait for a line on stdin before
+    exiting. The drain measurement times commit -> empty queue while the producer is still
+    alive, so the interpreter's exit (0.3 s here) is not counted as drain time."""
+    if os.environ.get("BENCH_HOLD") == "1":
+        sys.stdin.readline()
 
 
 def gaps(n: int, mean: float) -> list[float]:

@@ -66,6 +66,14 @@ def main(argv: list[str]) -> None:
         common.timed_bulk(
             lambda: jobs.async_nap.enqueue_many([(common.sleep_seconds(i),) for i in range(n)])
         )
+    elif command == "soak":  # bench/soak.py: RATE SECONDS PROBE_GAP
+        common.paced_load(
+            int(rest[0]),
+            float(rest[1]),
+            float(rest[2]),
+            lambda n: jobs.noop.enqueue_many([() for _ in range(n)]),
+            jobs.probe.enqueue,
+        )
     elif command == "latency":
         common.latency_loop(int(rest[0]), float(rest[1]), jobs.timed.enqueue)
     else:

@@ -77,6 +77,7 @@ async def main(argv: list[str]) -> None:
             payloads = [str(common.sleep_seconds(i)).encode() for i in range(n)]
             await queries.enqueue(["nap"] * n, payloads, [0] * n)
         common.report(seconds=time.perf_counter() - start, end=time.time())
+        common.hold()
     elif command == "latency":
         n, gap = int(rest[0]), float(rest[1])
         for pause in common.gaps(n, gap):

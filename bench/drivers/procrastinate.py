@@ -69,6 +69,7 @@ async def main(argv: list[str]) -> None:
                     *({"seconds": common.sleep_seconds(i)} for i in range(n))
                 )
             common.report(seconds=time.perf_counter() - start, end=time.time())
+            common.hold()
         elif command == "latency":
             n, gap = int(rest[0]), float(rest[1])
             for pause in common.gaps(n, gap):
