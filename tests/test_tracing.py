@@ -143,3 +143,27 @@ def test_django_pgjobs_never_imports_opentelemetry_by_itself():
         check=True,
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_the_sdk_check_reads_the_apis_global_and_falls_back_to_its_call(monkeypatch):
+    """``attempt_started`` runs for every job: it reads the API's global provider instead of
+    calling ``get_tracer_provider()`` (an ``os.environ`` lookup per call until one is set)."""
+    tracing._api()
+    monkeypatch.setattr(tracing, "_provider_from_environment", False)
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", None)
+    assert tracing._sdk_set_up(trace) is False
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", trace.NoOpTracerProvider())
+    assert tracing._sdk_set_up(trace) is False
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", TracerProvider())
+    assert tracing._sdk_set_up(trace) is True
+    # a provider named in OTEL_PYTHON_TRACER_PROVIDER: the API's own call loads it
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", None)
+    monkeypatch.setattr(tracing, "_provider_from_environment", True)
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: TracerProvider())
+    assert tracing._sdk_set_up(trace) is True
+    # an API without the global: its call decides
+    monkeypatch.delattr(trace, "_TRACER_PROVIDER")
+    monkeypatch.setattr(tracing, "_provider_from_environment", False)
+    assert tracing._sdk_set_up(trace) is True
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: trace.ProxyTracerProvider())
+    assert tracing._sdk_set_up(trace) is False
