@@ -1,11 +1,12 @@
 """A/B: django-pgjobs at another commit against the working tree, alternating on one server.
 
-``python -m bench.ab BASE [--rounds 5] [--only drain_defaults_1,drain_1,enqueue_1,enqueue_8]``
+``python -m bench.ab BASE [--rounds 5] [--only drain_defaults_1,enqueue_1] [--full]``
 checks ``BASE`` (any git ref) out in a temporary worktree, starts one throwaway PostgreSQL
 (durable commits) unless ``DATABASE_URL`` is set, and runs ``python -m bench --systems pgjobs
---quick --repeat 1`` from each tree in turn, ``--rounds`` times, the order swapped every round:
-the machine's noise falls on both alike. It prints each measurement's median for both, their
-ratio (working tree / base) and every sample, and writes them to
+--quick --repeat 1`` (``--full``: the full sizes) from each tree in turn, ``--rounds`` times,
+the order swapped every round: the machine's noise falls on both alike. Both sides run the
+working tree's harness (``bench/``); only the package differs. It prints each measurement's
+median for both, their ratio (working tree / base) and every sample, and writes them to
 ``bench-results/ab-<UTC time>.json``. The question it answers: is a change within noise of
 before on the paths it touches (a figure for a note or a pull request, not for the docs).
 """
@@ -27,10 +28,11 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_ONLY = "enqueue_1,enqueue_8,drain_defaults_1,drain_1"
 
 
-def run_bench(tree: Path, only: str, server_url: str) -> dict:
+def run_bench(tree: Path, only: str, server_url: str, quick: bool = True) -> dict:
     """One ``python -m bench`` of pgjobs from ``tree``: its measurements' medians."""
     with tempfile.TemporaryDirectory() as out:
-        command = [sys.executable, "-m", "bench", "--systems", "pgjobs", "--quick"]
+        command = [sys.executable, "-m", "bench", "--systems", "pgjobs"]
+        command += ["--quick"] if quick else []
         command += ["--repeat", "1", "--only", only, "--out", out]
         env = {**os.environ, "DATABASE_URL": server_url, "PYTHONPATH": str(tree)}
         subprocess.run(command, cwd=tree, env=env, check=True, capture_output=True)
@@ -48,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("base", help="the git ref to compare the working tree with")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--only", default=DEFAULT_ONLY, help="measurements (bench --only)")
+    parser.add_argument(
+        "--full", action="store_true", help="the full sizes (30,000-job drains), not --quick"
+    )
     args = parser.parse_args(argv)
     base_tree = Path(tempfile.mkdtemp(prefix="pgjobs-ab-"))
     subprocess.run(
@@ -68,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
         for round_number in range(args.rounds):
             order = ["base", "head"] if round_number % 2 == 0 else ["head", "base"]
             for side in order:
-                for name, value in run_bench(trees[side], args.only, server_url).items():
+                for name, value in run_bench(
+                    trees[side], args.only, server_url, not args.full
+                ).items():
                     samples[side].setdefault(name, []).append(value)
             print(f"round {round_number + 1}/{args.rounds} done", file=sys.stderr)
     finally:
@@ -107,7 +114,13 @@ def _report(args: argparse.Namespace, samples: dict) -> dict:
             f"| {name} | {statistics.median(base):,.0f} | {statistics.median(head):,.0f} "
             f"| {ratio:.2f}x |"
         )
-    return {"base": args.base, "head": head_commit, "rounds": args.rounds, "measurements": rows}
+    return {
+        "base": args.base,
+        "head": head_commit,
+        "rounds": args.rounds,
+        "sizes": "full" if args.full else "quick",
+        "measurements": rows,
+    }
 
 
 if __name__ == "__main__":
