@@ -38,11 +38,16 @@ def run_bench(tree: Path, only: str, server_url: str, quick: bool = True) -> dic
         subprocess.run(command, cwd=tree, env=env, check=True, capture_output=True)
         results = json.loads((Path(out) / "results.json").read_text())
     entry = results["systems"]["pgjobs"]
-    return {
-        name: value["median"]
-        for name, value in entry.items()
-        if isinstance(value, dict) and isinstance(value.get("median"), (int, float))
-    }
+    medians = {}
+    for name, value in entry.items():
+        median = value.get("median") if isinstance(value, dict) else None
+        if isinstance(median, (int, float)):
+            medians[name] = median
+        elif isinstance(median, dict):  # latency: each percentile
+            medians.update({f"{name}.{k}": v for k, v in median.items()})
+    floor = results.get("latency_floor") or {}
+    medians.update({f"latency_floor.{k}": v for k, v in floor.items() if k != "samples"})
+    return medians
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,6 +102,10 @@ def _throwaway_server() -> str:
     return url
 
 
+def _figure(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.2f}"  # jobs/s, or milliseconds
+
+
 def _report(args: argparse.Namespace, samples: dict) -> dict:
     head_commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
@@ -111,7 +120,7 @@ def _report(args: argparse.Namespace, samples: dict) -> dict:
         ratio = statistics.median(head) / statistics.median(base)
         rows[name] = {"base": base, "head": head, "ratio": ratio}
         print(
-            f"| {name} | {statistics.median(base):,.0f} | {statistics.median(head):,.0f} "
+            f"| {name} | {_figure(statistics.median(base))} | {_figure(statistics.median(head))} "
             f"| {ratio:.2f}x |"
         )
     return {
