@@ -64,8 +64,8 @@ def complete(
     when it has one: an atomic job completes in its own.
 
     ``claim`` (``ClaimBuilder.claim``): the same statement also claims, one round trip for both
-    (the worker's hot path); ``claimed`` holds the jobs it took. With no jobs, the claim alone,
-    prepared when the claim says so. Jobs of workflows (``workflow_id``) go to a statement
+    (the worker's hot path); ``claimed`` holds the jobs it took. With no jobs, the claim alone.
+    Either is prepared when the claim says so (``db.execute_prepared_replanned``). Jobs of workflows (``workflow_id``) go to a statement
     that also counts them (``complete_workflow_jobs``); the others' statements are unchanged.
     """
     if any(job.workflow_id is not None for job in jobs):
@@ -87,7 +87,10 @@ def complete(
         return Completed(set(db.ids_of(db.execute(connection, name, params))), [])
     completed: set[int] = set()
     claimed = []
-    for row in db.execute(connection, name, {**claim.params, **params}):
+    # prepared like the claim alone (parsed once per connection, planned at every run): the
+    # worker's hot path, one statement per batch
+    execute = db.execute_prepared_replanned if claim.prepared else db.execute
+    for row in execute(connection, name, {**claim.params, **params}):
         acknowledged = row.pop("completed")
         if row["id"] is None:  # the one row that carries the completed ids
             completed.update(acknowledged)
