@@ -14,8 +14,8 @@ arrives in a busy queue.
 Every ``--sample`` seconds: the table's and its indexes' size, live and dead tuples,
 autovacuum and autoanalyze runs (``pg_stat_user_tables``), the backlog (ready jobs), jobs
 enqueued and finished since the last sample, and the probes' p50 and p99 in the window. At the
-end, each series' trend after the first ``--settle`` minutes (10): the least-squares slope,
-as the change it predicts over that stretch against the stretch's mean. Results:
+end, each series' trend after the first ``--settle`` minutes (10): the Theil-Sen slope (one
+stall does not make a trend), as the change it predicts over that stretch against the median. Results:
 ``bench-results/soak-<UTC time>/`` (``results.json``, ``results.md``). Without ``--url`` (or
 ``DATABASE_URL``) a throwaway server is started with durable commits, as ``python -m bench``
 does.
@@ -73,17 +73,29 @@ def percentile(values: list[float], fraction: float) -> float:
 
 
 def slope_change(points: list[tuple[float, float]]) -> float | None:
-    """The least-squares line's change over the points' span, as a fraction of their mean."""
+    """The change over the points' span of their Theil-Sen line (the median of the slopes
+    between every two points: one stall of a minute does not make a trend), as a fraction of
+    their median."""
     points = [(x, y) for x, y in points if y == y]  # NaN: a window without probes
     if len(points) < 3:
         return None
-    xs, ys = [p[0] for p in points], [p[1] for p in points]
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    if not sxx or not my:
+    slopes = [
+        (b[1] - a[1]) / (b[0] - a[0])
+        for i, a in enumerate(points)
+        for b in points[i + 1 :]
+        if b[0] != a[0]
+    ]
+    middle = statistics.median(p[1] for p in points)
+    if not slopes or not middle:
         return None
-    slope = sum((x - mx) * (y - my) for x, y in points) / sxx
-    return slope * (xs[-1] - xs[0]) / my
+    return statistics.median(slopes) * (points[-1][0] - points[0][0]) / middle
+
+
+def trends(samples: list[dict], settle: float, minutes: float) -> dict[str, float | None]:
+    """Each series' trend from minute ``settle`` to the end of the load (a sample taken after
+    the producer stopped is left out)."""
+    settled = [s for s in samples if settle <= s["minute"] <= minutes]
+    return {name: slope_change([(s["minute"], float(s[name])) for s in settled]) for name in TRENDS}
 
 
 class Soak:
@@ -224,10 +236,6 @@ class Soak:
             producer.kill()
             producer.wait()
             self.stop(workers)
-        settled = [s for s in samples if s["minute"] >= args.settle]
-        trends = {
-            name: slope_change([(s["minute"], float(s[name])) for s in settled]) for name in TRENDS
-        }
         return {
             "meta": {
                 "command": "python -m bench.soak " + " ".join(sys.argv[1:]),
@@ -239,7 +247,7 @@ class Soak:
             "drain_jobs_per_s": drain,
             "rate": rate,
             "samples": samples,
-            "trends_after_settle": trends,
+            "trends_after_settle": trends(samples, args.settle, args.minutes),
         }
 
 
@@ -267,8 +275,8 @@ def write_markdown(results: dict) -> str:
         )
     lines += [
         "",
-        f"Trend after minute {results['meta']['settle_minutes']} (least-squares change "
-        "over the stretch, against its mean):",
+        f"Trend after minute {results['meta']['settle_minutes']} (the change of the "
+        "Theil-Sen line over the stretch, against the median):",
         "",
     ]
     for name, change in results["trends_after_settle"].items():
@@ -289,7 +297,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle", type=float, default=10, help="minutes before the trend")
     parser.add_argument("--url", default=os.environ.get("DATABASE_URL"))
     parser.add_argument("--out", help="output directory (default: bench-results/soak-<time>)")
+    parser.add_argument("--report", metavar="JSON", help="only rewrite an earlier run's Markdown")
     args = parser.parse_args(argv)
+    if args.report:
+        results = json.loads(Path(args.report).read_text())
+        meta = results["meta"]
+        results["trends_after_settle"] = trends(
+            results["samples"], meta["settle_minutes"], meta["minutes"]
+        )
+        Path(args.report).write_text(json.dumps(results, indent=2))
+        markdown = write_markdown(results)
+        Path(args.report).with_suffix(".md").write_text(markdown)
+        print(markdown)
+        return 0
     server = args.url
     if not server:
         from bench.run import make_durable
