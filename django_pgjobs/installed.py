@@ -17,8 +17,21 @@ FIX = (
 )
 
 
+#: The app registry's ``app_configs`` last found to hold the app: every enqueue checks, and
+#: looking the app up walks every installed app. ``override_settings(INSTALLED_APPS=...)``
+#: gives the registry a new dict, so a changed list is looked at again.
+_found_in: object = None
+
+
 def require_installed(what: str) -> None:
     """``ImproperlyConfigured`` naming the fix when the app registry is ready without the app;
     ``what``: the job or call that needs it."""
-    if apps.ready and not apps.is_installed("django_pgjobs"):
+    global _found_in
+    if not apps.ready:
+        return
+    configs = apps.app_configs
+    if configs is _found_in:
+        return
+    if not apps.is_installed("django_pgjobs"):
         raise ImproperlyConfigured(f"{FIX}; needed by {what}")
+    _found_in = configs
