@@ -27,27 +27,21 @@ repetitions under ``samples``.
 from __future__ import annotations
 
 import multiprocessing
-import re
 import statistics
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import psycopg
 
 from bench.drivers.common import gaps, percentile
 
-QUERIES_FILE = Path(__file__).resolve().parent.parent / "django_pgjobs" / "sql" / "queries.sql"
-
 
 def queries() -> dict[str, str]:
-    parts = re.split(r"^-- name: (\w+)\s*$", QUERIES_FILE.read_text(), flags=re.MULTILINE)
-    found = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        lines = [line for line in body.strip().splitlines() if not line.lstrip().startswith("--")]
-        found[name] = "\n".join(lines).strip().rstrip(";")
-    return found
+    """The project's statements as the worker runs them (parts included: ``django_pgjobs.sql``)."""
+    from django_pgjobs.sql import QUERIES
+
+    return dict(QUERIES)
 
 
 INSERT_READY = """
@@ -78,13 +72,16 @@ FROM generate_series(1, %s) AS i
 """
 
 
-def _claim_params(done: list[int], token, limit: int) -> dict:
-    """Acknowledge ``done`` (claimed under ``token``, the one the caller chose; the statements
-    need not return it) and claim up to ``limit`` under a fresh token."""
+def _claim_only(limit: int) -> dict:
+    """The claim's own parameters, as a worker with ``limit`` free executors passes them (every
+    job started at once; no async jobs)."""
     return {
-        "ids": done,
-        "tokens": [token] * len(done),
         "limit": limit,
+        "sync_room": limit,
+        "sync_starts": limit,
+        "async_room": 0,
+        "async_starts": 0,
+        "async_names": [],
         "worker": "bench",
         "all_queues": True,
         "any_name": True,
@@ -95,6 +92,12 @@ def _claim_params(done: list[int], token, limit: int) -> dict:
         "lease_seconds": 60.0,
         "token": uuid.uuid4(),
     }
+
+
+def _claim_params(done: list[int], token, limit: int) -> dict:
+    """Acknowledge ``done`` (claimed under ``token``, the one the caller chose; the statements
+    need not return it) and claim up to ``limit`` under a fresh token."""
+    return {"ids": done, "tokens": [token] * len(done), **_claim_only(limit)}
 
 
 def _drain_batched(conn, sql: str, limit: int, stop_after: int | None = None) -> tuple:
@@ -141,21 +144,9 @@ def _raw_limit_once(conn, q: dict[str, str], quick: bool) -> dict:
     start = time.perf_counter()
     count = 0
     while True:
-        token = uuid.uuid4()
-        rows = conn.execute(
-            q["claim_jobs"],
-            {
-                "limit": 1,
-                "worker": "bench",
-                "all_queues": True,
-                "any_name": True,
-                "skip_names": [],
-                "queues": [],
-                "lease_seconds": 60.0,
-                "token": token,
-            },
-            prepare=True,
-        ).fetchall()
+        params = _claim_only(1)
+        token = params["token"]
+        rows = conn.execute(q["claim_jobs"], params, prepare=True).fetchall()
         if not rows:
             break
         conn.execute(
