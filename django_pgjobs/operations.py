@@ -87,9 +87,7 @@ def complete(
         return Completed(set(db.ids_of(db.execute(connection, name, params))), [])
     completed: set[int] = set()
     claimed = []
-    # prepared like the claim alone (parsed once per connection, planned at every run): the
-    # worker's hot path, one statement per batch
-    execute = db.execute_prepared_replanned if claim.prepared else db.execute
+    execute = db.execute_prepared_replanned if claim.prepared else db.execute  # as claim alone
     for row in execute(connection, name, {**claim.params, **params}):
         acknowledged = row.pop("completed")
         if row["id"] is None:  # the one row that carries the completed ids
