@@ -41,7 +41,7 @@ DRAIN_JOBS = 30_000
 
 SAMPLE = """
 SELECT pg_table_size('pgjobs_job'), pg_indexes_size('pgjobs_job'), s.n_live_tup,
-       s.n_dead_tup, s.autovacuum_count, s.autoanalyze_count,
+       s.n_dead_tup, s.autovacuum_count, s.autoanalyze_count, s.vacuum_count,
        (SELECT count(*) FROM pgjobs_job WHERE status = 'ready'),
        (SELECT last_value FROM pgjobs_job_id_seq),
        (SELECT count(*) FROM pgjobs_job)
@@ -54,6 +54,7 @@ COLUMNS = (
     "dead",
     "autovacuums",
     "autoanalyzes",
+    "vacuums",  # run by the workers (VACUUM_INTERVAL_SECONDS) or by hand
     "backlog",
     "enqueued_total",
     "rows",
@@ -229,6 +230,7 @@ class Soak:
                         f"{row['minute']:6.2f} min  table {row['table_bytes'] / 2**20:7.1f} MiB"
                         f"  indexes {row['index_bytes'] / 2**20:7.1f} MiB  dead {row['dead']:>8}"
                         f"  backlog {row['backlog']:>7}  autovacuums {row['autovacuums']:>3}"
+                        f"  vacuums {row['vacuums']:>4}"
                         f"  p50 {row['p50_ms']:6.1f} ms  p99 {row['p99_ms']:7.1f} ms"
                         f"  finished {row.get('finished_per_s', 0):8,.0f}/s"
                     )
@@ -261,16 +263,16 @@ def write_markdown(results: dict) -> str:
         )
         + f"for {results['meta']['minutes']} minutes, {results['meta']['workers']} workers.",
         "",
-        "| minute | table (MiB) | indexes (MiB) | dead tuples | autovacuums | backlog "
+        "| minute | table (MiB) | indexes (MiB) | dead tuples | autovacuums | vacuums | backlog "
         "| finished (jobs/s) | probe p50 (ms) | probe p99 (ms) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     samples = results["samples"]
     step = max(1, len(samples) // 20)
     for s in samples[step - 1 :: step]:
         lines.append(
             f"| {s['minute']:.1f} | {s['table_bytes'] / 2**20:.1f} | {s['index_bytes'] / 2**20:.1f}"
-            f" | {s['dead']:,} | {s['autovacuums']} | {s['backlog']:,}"
+            f" | {s['dead']:,} | {s['autovacuums']} | {s.get('vacuums', 0)} | {s['backlog']:,}"
             f" | {s.get('finished_per_s', 0):,.0f} | {s['p50_ms']:.1f} | {s['p99_ms']:.1f} |"
         )
     lines += [

@@ -107,6 +107,10 @@ class Config:
     HEARTBEAT_SECONDS: float = setting(10.0, POSITIVE_SECONDS)
     #: Seconds between checks for expired leases.
     RESCUE_INTERVAL_SECONDS: float = setting(15.0, POSITIVE_SECONDS)
+    #: Seconds between a worker's looks at the jobs table's dead rows; past autovacuum's own
+    #: threshold it runs ``VACUUM (SKIP_LOCKED)`` on a thread of its own, instead of waiting up
+    #: to ``autovacuum_naptime`` (a minute). None: only autovacuum (worker/vacuum.py).
+    VACUUM_INTERVAL_SECONDS: float | None = setting(10.0, POSITIVE_SECONDS)
     #: Seconds a worker sleeps between polls when nothing wakes it earlier.
     POLL_INTERVAL_SECONDS: float = setting(1.0, POSITIVE_SECONDS)
     #: Wake workers with LISTEN/NOTIFY. Turn off behind PgBouncer in transaction mode.

@@ -132,6 +132,8 @@ PGJOBS = {
     "LEASE_SECONDS": float(os.environ.get("PGJOBS_LEASE_SECONDS", "60")),
     "HEARTBEAT_SECONDS": float(os.environ.get("PGJOBS_HEARTBEAT_SECONDS", "10")),
     "RESCUE_INTERVAL_SECONDS": float(os.environ.get("PGJOBS_RESCUE_INTERVAL_SECONDS", "15")),
+    # The worker's own vacuum of the jobs table (tests/test_worker_vacuum.py shortens it).
+    "VACUUM_INTERVAL_SECONDS": float(os.environ.get("PGJOBS_VACUUM_INTERVAL_SECONDS", "10")),
     "REDACT_KEYS": ["password", "token"],
     "MAX_STUCK_THREADS": int(os.environ.get("PGJOBS_MAX_STUCK_THREADS", "4")),
     # Forged and unknown rows dead-lettered at once, as the security tests expect; the default

@@ -58,6 +58,7 @@ from .starts import PendingStarts
 from .state import DispatcherState
 from .stopping import SignalHandlers, StopState
 from .timeouts import Timeouts
+from .vacuum import TableVacuum, VacuumConfig
 
 logger = logging.getLogger("django_pgjobs.worker")
 
@@ -84,6 +85,7 @@ class Worker:
         self.sender = Worker  # of every django_pgjobs signal
         self.units: list[MaintenanceUnit] = []  # built when the loop starts
         self.liveness: LivenessFile | None = None  # one of the units, run first in a turn
+        self.vacuum: TableVacuum | None = None  # one of the units: not inline, not turned off
         self._wire(self.options)
         self.signal_handlers = SignalHandlers(
             self.stop,
@@ -153,6 +155,8 @@ class Worker:
         o, db = self.options, self.db
         if o.liveness_file is not None:
             self.liveness = LivenessFile(LivenessConfig(o.liveness_file, o.heartbeat_seconds))
+        if o.vacuum_interval is not None and not o.inline:
+            self.vacuum = TableVacuum(db, VacuumConfig(o.vacuum_interval))
         return [
             *([self.liveness] if self.liveness else []),
             self.timeouts,
@@ -165,6 +169,7 @@ class Worker:
             ),
             RegistryTouch(db, RegistryConfig(self.id, o.heartbeat_seconds, o.forget_seconds)),
             Rescuer(db, RescueConfig(o.rescue_interval)),
+            *([self.vacuum] if self.vacuum else []),
             Pruner(
                 db,
                 PruneConfig(
@@ -220,7 +225,8 @@ class Worker:
 
     def threads(self) -> list[threading.Thread]:
         listener = [self.listener.thread] if self.listener else []
-        return self.executors.all_threads() + listener
+        vacuum = [self.vacuum.thread] if self.vacuum and self.vacuum.thread else []
+        return self.executors.all_threads() + listener + vacuum
 
     # -- the loop -------------------------------------------------------------------------------
 

@@ -48,6 +48,7 @@ class WorkerOptions:
     lease_seconds: float
     heartbeat_seconds: float
     rescue_interval: float
+    vacuum_interval: float | None  # None: only autovacuum
     keep_succeeded: float
     keep_results: float
     keep_workflows: float
@@ -129,6 +130,7 @@ def _from_settings(config, inline: bool, alias: str) -> dict:
         lease_seconds=config.LEASE_SECONDS,
         heartbeat_seconds=config.HEARTBEAT_SECONDS,
         rescue_interval=config.RESCUE_INTERVAL_SECONDS,
+        vacuum_interval=config.VACUUM_INTERVAL_SECONDS,
         keep_succeeded=config.KEEP_SUCCEEDED_SECONDS,
         keep_results=config.KEEP_RESULTS_SECONDS,
         keep_workflows=config.KEEP_WORKFLOWS_SECONDS,
