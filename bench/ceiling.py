@@ -10,7 +10,9 @@ enqueued in one statement, then the clock read and the queue resumed (with a not
 the time taken until the queue is empty. Meanwhile, every 20 ms, the wait events of the database's backends are
 sampled (``pg_stat_activity``). Around the drain: the CPU time of the workers and of every
 PostgreSQL process (``/proc``), the machine's busy share (``/proc/stat``), the WAL written and
-the commits (``pg_stat_database``). Medians of ``--repeat``.
+the commits (``pg_stat_database``). After each drain, the same jobs drained by the batched
+SQL floor (``bench/floor.py``: ``pgbench`` with as many clients as the drain has processes, the
+worker's statement shape and nothing else), unless ``--no-floor``. Medians of ``--repeat``.
 
 The model. A job costs ``w`` CPU seconds in a worker process and ``g`` in PostgreSQL. A worker
 process runs Python on one core at a time (the GIL), so ``P`` processes drain at most ``P / w``;
@@ -39,6 +41,8 @@ import time
 from pathlib import Path
 
 import psycopg
+
+from bench import floor
 
 ROOT = Path(__file__).resolve().parent.parent
 DATABASE = "pgjobs_ceiling"
@@ -228,16 +232,25 @@ class Ceiling:
     def run(self) -> dict:
         results = {}
         for processes in self.args.processes:
-            runs = []
+            runs, floors = [], []
             for _ in range(self.args.repeat):
                 runs.append(self.drain(processes))
                 log(
                     f"{processes} processes: {runs[-1]['jobs_per_s']:,.0f} jobs/s, busy "
                     f"{runs[-1]['machine_busy']:.0%}, waits {runs[-1]['waits']}"
                 )
+                if self.args.floor:  # alternating with the drain, the same jobs and clock
+                    prefix = ["taskset", "-c", self.affinity] if self.args.cores else None
+                    floors.append(floor.drain(self.url, self.args.jobs, processes, prefix))
+                    log(f"{processes} pgbench clients: {floors[-1]['jobs_per_s']:,.0f} jobs/s")
             median = statistics.median(r["jobs_per_s"] for r in runs)
             middle = min(runs, key=lambda r: abs(r["jobs_per_s"] - median))
             results[processes] = {**middle, "samples": [r["jobs_per_s"] for r in runs]}
+            if floors:
+                results[processes]["floor_jobs_per_s"] = statistics.median(
+                    f["jobs_per_s"] for f in floors
+                )
+                results[processes]["floor_samples"] = [f["jobs_per_s"] for f in floors]
         return results
 
 
@@ -254,8 +267,8 @@ def write_markdown(results: dict) -> str:
         "",
         "| processes | jobs/s | machine busy | worker CPU (µs/job) | PostgreSQL CPU (µs/job) "
         "| WAL (B/job) | WAL (MB/s) | commits/s | active backends | top wait events "
-        "| model (jobs/s) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+        "| model (jobs/s) | SQL floor (jobs/s) | drain ÷ floor |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
     ]
     for processes, r in results["runs"].items():
         waits = ", ".join(f"{k} {v:.0%}" for k, v in list(r["waits"].items())[:3])
@@ -269,7 +282,12 @@ def write_markdown(results: dict) -> str:
             f"| {processes} | {r['jobs_per_s']:,.0f} | {r['machine_busy']:.0%} "
             f"| {r['worker_cpu_us_per_job']:.1f} | {r['postgres_cpu_us_per_job']:.1f} "
             f"| {r['wal_bytes_per_job']:.0f} | {r['wal_mb_per_s']:.1f} | {r['commits_per_s']:,.0f} "
-            f"| {r['active_backends']:.1f} | {waits} | {predicted:,.0f} |"
+            f"| {r['active_backends']:.1f} | {waits} | {predicted:,.0f} "
+            + (
+                f"| {r['floor_jobs_per_s']:,.0f} | {r['jobs_per_s'] / r['floor_jobs_per_s']:.0%} |"
+                if "floor_jobs_per_s" in r
+                else "| | |"
+            )
         )
     check = results.get("check")
     if check:
@@ -298,6 +316,12 @@ def main(argv: list[str] | None = None) -> int:
         "--predict-from",
         metavar="JSON",
         help="an earlier run's results.json: compare this run with what its w and g predict",
+    )
+    parser.add_argument(
+        "--no-floor",
+        dest="floor",
+        action="store_false",
+        help="skip the batched SQL floor (pgbench, bench/floor.py) run beside each drain",
     )
     parser.add_argument("--url", default=os.environ.get("DATABASE_URL"))
     parser.add_argument("--out")
