@@ -43,6 +43,7 @@ from pathlib import Path
 import psycopg
 
 from bench import floor
+from bench.drivers.common import read_report
 
 ROOT = Path(__file__).resolve().parent.parent
 DATABASE = "pgjobs_ceiling"
@@ -165,11 +166,7 @@ class Ceiling:
                     stdout=subprocess.PIPE,
                     text=True,
                 )
-                line = ""
-                while not line.startswith("{"):
-                    line = producer.stdout.readline()
-                    if not line and producer.poll() is not None:
-                        raise RuntimeError("the bulk enqueue failed")
+                read_report(producer, "the bulk enqueue")
                 wal0, commits0, connections = conn.execute(
                     COUNTERS, (DATABASE, DATABASE)
                 ).fetchone()

@@ -37,7 +37,7 @@ if str(ROOT) not in sys.path:
 import psycopg  # noqa: E402
 
 from bench import sqlbench  # noqa: E402
-from bench.drivers.common import percentile  # noqa: E402
+from bench.drivers.common import percentile, read_report  # noqa: E402
 from bench.report import write_reports  # noqa: E402
 
 # Per system: the package that must be importable, how to count unfinished jobs, how to empty
@@ -189,17 +189,7 @@ class Bench:
             text=True,
         )
         try:
-            line = ""
-            deadline = time.time() + timeout
-            while not line.startswith("{"):
-                line = proc.stdout.readline()
-                if not line and proc.poll() is not None:
-                    raise RuntimeError(
-                        f"{system} {args}: exit {proc.returncode}\n{proc.stderr.read()[-3000:]}"
-                    )
-                if time.time() > deadline:
-                    raise RuntimeError(f"{system} {args}: no report after {timeout}s")
-            yield json.loads(line)
+            yield read_report(proc, f"{system} {args}", timeout)
         finally:
             proc.communicate("go\n", timeout=60)
 

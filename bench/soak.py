@@ -35,6 +35,8 @@ from pathlib import Path
 
 import psycopg
 
+from bench.drivers.common import read_report
+
 ROOT = Path(__file__).resolve().parent.parent
 DATABASE = "pgjobs_soak"
 DRAIN_JOBS = 30_000
@@ -165,12 +167,7 @@ class Soak:
                     stdout=subprocess.PIPE,
                     text=True,
                 )
-                line = ""
-                while not line.startswith("{"):
-                    line = producer.stdout.readline()
-                    if not line and producer.poll() is not None:
-                        raise RuntimeError("the bulk enqueue failed")
-                committed = json.loads(line)["end"]
+                committed = read_report(producer, "the bulk enqueue")["end"]
                 with psycopg.connect(self.url, autocommit=True) as conn:
                     while conn.execute("SELECT 1 FROM pgjobs_job LIMIT 1").fetchone():
                         time.sleep(0.005)

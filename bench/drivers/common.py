@@ -82,6 +82,21 @@ def timed_bulk(enqueue_all) -> None:
     hold()
 
 
+def read_report(proc, what: str, timeout: float = 600) -> dict:
+    """(The harness.) The report a held driver (``BENCH_HOLD=1``, ``stdout`` piped, text) prints,
+    read while it stays alive; the caller ends it with ``proc.communicate("go\\n")``."""
+    line = ""
+    deadline = time.time() + timeout
+    while not line.startswith("{"):
+        line = proc.stdout.readline()
+        if not line and proc.poll() is not None:
+            errors = proc.stderr.read()[-3000:] if proc.stderr else ""
+            raise RuntimeError(f"{what}: exit {proc.returncode}\n{errors}")
+        if time.time() > deadline:
+            raise RuntimeError(f"{what}: no report after {timeout}s")
+    return json.loads(line)
+
+
 def hold() -> None:
     """After a bulk enqueue's report, with ``BENCH_HOLD=1``: wait for a line on stdin before
     exiting. The drain measurement times commit -> empty queue while the producer is still
