@@ -64,17 +64,23 @@ def complete(
     when it has one: an atomic job completes in its own.
 
     ``claim`` (``ClaimBuilder.claim``): the same statement also claims, one round trip for both
-    (the worker's hot path); ``claimed`` holds the jobs it took. With no jobs, the claim alone.
-    Either is prepared when the claim says so (``db.execute_prepared_replanned``). Jobs of workflows (``workflow_id``) go to a statement
-    that also counts them (``complete_workflow_jobs``); the others' statements are unchanged.
+    (the worker's hot path); ``claimed`` holds the jobs it took. With no jobs, the claim alone;
+    one that skips names (a kind's slots full) is windowed and alone (``claim_jobs_skipping``).
+    Prepared when the claim says so (``db.execute_prepared_replanned``). Jobs of workflows go
+    to a statement that also counts them (``complete_workflow_jobs``).
     """
+    if claim is not None and jobs and not claim.params["any_name"]:  # the skipping claim: alone
+        done = complete(connection, jobs, results=results).ids
+        return Completed(done, complete(connection, claim=claim).claimed)
     if any(job.workflow_id is not None for job in jobs):
         return _complete_with_workflow_steps(connection, jobs, results, claim)
     if not jobs:
         if claim is None:
             return Completed(set(), [])
         execute = db.execute_prepared_replanned if claim.prepared else db.execute
-        rows = execute(connection, "claim_jobs", claim.params)
+        skipping = not claim.params["any_name"]
+        name = "claim_jobs_skipping" if skipping else "claim_jobs"
+        rows = execute(connection, name, claim.params)
         return Completed(set(), [claim.job(row, connection.alias) for row in rows])
     if results is not None:
         name = "complete_with_results_and_claim_jobs" if claim else "complete_jobs_with_results"
@@ -155,17 +161,8 @@ def _done(jobs: Sequence[ClaimedJob], results: Sequence[str] | None) -> dict[str
 def retry_job(
     connection: Connection, job: ClaimedJob, error: dict[str, Any], delay_seconds: float
 ) -> bool:
-    rows = db.execute(
-        connection,
-        "retry_job",
-        {
-            "id": job.id,
-            "token": job.claim_token,
-            "delay_seconds": delay_seconds,
-            "error": json.dumps([error]),
-        },
-    )
-    return bool(rows)
+    params = {"id": job.id, "token": job.claim_token, "delay_seconds": delay_seconds}
+    return bool(db.execute(connection, "retry_job", {**params, "error": json.dumps([error])}))
 
 
 def dead_letter_job(

@@ -28,7 +28,8 @@ def table_stats() -> tuple[int, int]:
     """The jobs table's dead row versions and manual vacuums, as the server's statistics say
     (this connection's own counts flushed first)."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_stat_force_next_flush()")
+        if connection.pg_version >= 150000:  # before 15 the statistics collector sends them
+            cursor.execute("SELECT pg_stat_force_next_flush()")
         cursor.execute(
             "SELECT n_dead_tup, vacuum_count FROM pg_stat_user_tables WHERE relname = 'pgjobs_job'"
         )

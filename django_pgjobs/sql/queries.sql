@@ -347,6 +347,43 @@ WITH candidates AS (
     LIMIT %(limit)s::int
     FOR UPDATE SKIP LOCKED
 ),
+{{claim_ranked}}
+{{claim_picked}};
+
+-- name: claim_jobs_skipping
+-- claim_jobs for a worker whose slots of one kind are full (`skip_names`: that kind's names):
+-- it looks for jobs of the other kind among the first 1,000 due jobs in claim order (`due`),
+-- not past every one of them. Unbounded, with a backlog of the full kind, each such claim
+-- walked the whole backlog (300 ms at 800,000 jobs) at every wake-up and the worker fell
+-- further behind (docs/explanation/claim.md). A job past the window waits for a slot of the
+-- full kind to free up: the next claim takes the head of the queue again. Never carries an
+-- acknowledgement (operations.complete).
+WITH due AS (
+    SELECT id
+    FROM pgjobs_job
+    WHERE status = 'ready'
+      AND run_after <= now()
+      AND (%(all_queues)s OR queue = ANY(%(queues)s::text[]))
+      AND (%(any_id)s OR id = ANY(%(only_ids)s::bigint[]))
+      AND queue NOT IN (SELECT name FROM pgjobs_queue WHERE paused)
+      AND flow_key IS NULL
+    ORDER BY priority DESC, run_after, id
+    LIMIT 1000
+),
+candidates AS (
+    SELECT j.id, j.priority, j.run_after, j.name = ANY(%(async_names)s::text[]) AS is_async
+    FROM due JOIN pgjobs_job AS j ON j.id = due.id
+    WHERE j.status = 'ready'
+      AND j.name <> ALL(%(skip_names)s::text[])
+    ORDER BY j.priority DESC, j.run_after, j.id
+    LIMIT %(limit)s::int
+    FOR UPDATE OF j SKIP LOCKED
+),
+{{claim_ranked}}
+{{claim_picked}};
+
+-- part: claim_ranked
+-- The claim statements' `candidates` ranked within their kind and `picked` within its room.
 ranked AS (
     SELECT id, is_async,
            row_number() OVER (PARTITION BY is_async ORDER BY priority DESC, run_after, id)
@@ -360,7 +397,6 @@ picked AS (
     FROM ranked
     WHERE place <= CASE WHEN is_async THEN %(async_room)s::int ELSE %(sync_room)s::int END
 )
-{{claim_picked}};
 
 -- part: claim_picked
 -- The end of the claim statements: stamp the `picked` jobs (id, starts) as claimed by this

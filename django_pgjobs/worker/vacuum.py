@@ -13,8 +13,9 @@ makes this one skip at once instead of waiting.
 
 - A database user that may not vacuum the table (not its owner; PostgreSQL 17+: without
   ``MAINTAIN``) turns the unit off, logged once: autovacuum still runs.
-- A vacuum that removed little (a long transaction holds the xmin horizon, so the dead rows
-  cannot go yet) doubles the interval, up to ``max_backoff`` times; one that helps resets it.
+- A vacuum that left the table past the threshold (a long transaction holds the xmin
+  horizon, so the dead rows cannot go yet), or failed (logged), doubles the interval, up to ``max_backoff`` times; one
+  that helps resets it.
 - One worker's vacuum runs at a time; ``close()`` waits for it at shutdown.
 """
 
@@ -97,7 +98,7 @@ class TableVacuum(MaintenanceUnit):
             cursor.execute(DEAD_AND_LIVE, [TABLE])
             row = cursor.fetchone()
         dead, live = (row[0], row[1]) if row else (0, 0)
-        if dead < max(self.config.min_dead, self.config.scale * live):
+        if not self.due(dead, live):
             self.backoff = 1
             return "clean"
         self.thread = threading.Thread(
@@ -105,6 +106,11 @@ class TableVacuum(MaintenanceUnit):
         )
         self.thread.start()
         return "started"
+
+    def due(self, dead: int, live: int) -> bool:
+        """Past the threshold: autovacuum's own (its scale of the live rows), ``min_dead`` at
+        least."""
+        return dead >= max(self.config.min_dead, self.config.scale * live)
 
     def _vacuum(self, dead_before: int) -> None:
         """(The vacuum thread.) One ``VACUUM`` on this thread's own connection, closed after."""
@@ -115,19 +121,20 @@ class TableVacuum(MaintenanceUnit):
                 cursor.execute(f"VACUUM (SKIP_LOCKED) {TABLE}")
                 cursor.execute(DEAD_AND_LIVE, [TABLE])
                 row = cursor.fetchone()
-        except DatabaseError as error:
+        except DatabaseError as error:  # said, and tried less often: it may be lasting
             logger.warning("could not vacuum %s: %s", TABLE, error)
+            self.backoff = min(self.backoff * 2, self.config.max_backoff)
             return
         finally:
             try:
                 connection.close()
             except DatabaseError:
                 pass
-        dead_after = row[0] if row else 0
+        dead_after, live = (row[0], row[1]) if row else (0, 0)
         self.last = VacuumRun(dead_before, dead_after, time.monotonic() - started)
-        # Little removed: the rows are still visible to a transaction (or the vacuum was
-        # skipped): wait longer before the next one.
-        if dead_after * 2 > dead_before:
+        # Still past the threshold: the rows are visible to a transaction yet (or the vacuum
+        # was skipped); the next look would vacuum again for nothing: wait longer.
+        if self.due(dead_after, live):
             self.backoff = min(self.backoff * 2, self.config.max_backoff)
         else:
             self.backoff = 1
