@@ -64,30 +64,30 @@ def complete(
     when it has one: an atomic job completes in its own.
 
     ``claim`` (``ClaimBuilder.claim``): the same statement also claims, one round trip for both
-    (the worker's hot path); ``claimed`` holds the jobs it took. With no jobs, the claim alone;
-    one that skips names (a kind's slots full) is windowed and alone (``claim_jobs_skipping``).
+    (the worker's hot path); ``claimed`` holds the jobs it took. With no jobs, the claim alone.
+    A claim that skips names (a kind's slots full) is windowed (``claim_jobs_skipping``).
     Prepared when the claim says so (``db.execute_prepared_replanned``). Jobs of workflows go
     to a statement that also counts them (``complete_workflow_jobs``).
     """
-    if claim is not None and jobs and not claim.params["any_name"]:  # the skipping claim: alone
-        done = complete(connection, jobs, results=results).ids
-        return Completed(done, complete(connection, claim=claim).claimed)
     if any(job.workflow_id is not None for job in jobs):
         return _complete_with_workflow_steps(connection, jobs, results, claim)
+    skipping = claim is not None and not claim.params["any_name"]  # claim_jobs_skipping's
     if not jobs:
         if claim is None:
             return Completed(set(), [])
         execute = db.execute_prepared_replanned if claim.prepared else db.execute
-        skipping = not claim.params["any_name"]
         name = "claim_jobs_skipping" if skipping else "claim_jobs"
         rows = execute(connection, name, claim.params)
         return Completed(set(), [claim.job(row, connection.alias) for row in rows])
     if results is not None:
         name = "complete_with_results_and_claim_jobs" if claim else "complete_jobs_with_results"
+        name = "complete_with_results_and_claim_jobs_skipping" if skipping else name
     elif get_config().KEEP_SUCCEEDED_SECONDS > 0:
         name = "complete_retained_and_claim_jobs" if claim else "complete_jobs_retained"
+        name = "complete_retained_and_claim_jobs_skipping" if skipping else name
     else:
         name = "complete_and_claim_jobs" if claim else "complete_jobs"
+        name = "complete_and_claim_jobs_skipping" if skipping else name
     params = _done(jobs, results)
     if claim is None:
         return Completed(set(db.ids_of(db.execute(connection, name, params))), [])

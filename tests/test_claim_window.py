@@ -52,9 +52,9 @@ def test_it_finds_the_other_kind_among_the_first_thousand_due_jobs_only(prepared
     assert not any(job.name == SYNC for job in claimed)
 
 
-def test_acknowledgements_go_first_then_the_windowed_claim_alone():
-    """A skipping claim never rides on the acknowledgement's statement: the jobs are completed
-    (fenced as ever: one held under another token stays) and the claim runs after, windowed."""
+def test_the_windowed_claim_carries_the_acknowledgements_as_the_plain_one_does():
+    """One statement completes the jobs (fenced as ever: one held under another token stays)
+    and claims, windowed (``complete_and_claim_jobs_skipping``)."""
     enqueue_many(demo.noop, [((), {})] * 3)
     take_three = ClaimBuilder(worker="w", queues=None, lease_seconds=60).take(3)
     held = operations.complete(connection, claim=take_three).claimed

@@ -24,6 +24,8 @@ COMBINED = [
     ("complete_retained_and_claim_jobs", "complete_jobs_retained"),
     ("complete_with_results_and_claim_jobs", "complete_jobs_with_results"),
 ]
+#: Each of them again, carrying the claim of a worker whose slots of one kind are full.
+COMBINED_SKIPPING = [(f"{combined}_skipping", completion) for combined, completion in COMBINED]
 #: The statements that complete jobs of workflows, and the completion each is made of.
 WORKFLOW_COMPLETIONS = [
     ("complete_workflow_jobs", "complete_jobs"),
@@ -92,6 +94,12 @@ def test_the_combined_statements_are_made_of_the_statements_they_combine():
         assert f"completed AS ({sql.query(completion)})" in text
         assert "released AS (" not in text  # workflows are counted by statements of their own
         assert f"claimed AS ({sql.query('claim_jobs')})" in text
+    for combined, completion in COMBINED_SKIPPING:
+        text = sql.query(combined)
+        assert f"completed AS ({sql.query(completion)})" in text
+        assert f"claimed AS ({sql.query('claim_jobs_skipping')})" in text
+        plain = sql.query(combined.removesuffix("_skipping"))
+        assert text.replace(sql.query("claim_jobs_skipping"), sql.query("claim_jobs")) == plain
 
 
 def test_the_workflow_completions_are_the_completions_and_the_count():

@@ -356,8 +356,8 @@ WITH candidates AS (
 -- not past every one of them. Unbounded, with a backlog of the full kind, each such claim
 -- walked the whole backlog (300 ms at 800,000 jobs) at every wake-up and the worker fell
 -- further behind (docs/explanation/claim.md). A job past the window waits for a slot of the
--- full kind to free up: the next claim takes the head of the queue again. Never carries an
--- acknowledgement (operations.complete).
+-- full kind to free up: the next claim takes the head of the queue again. Carried by the
+-- complete_*_and_claim_jobs_skipping statements as claim_jobs is by theirs.
 WITH due AS (
     SELECT id
     FROM pgjobs_job
@@ -670,6 +670,19 @@ WITH completed AS ({{complete_jobs_retained}}),
 WITH completed AS ({{complete_jobs_with_results}}),
 {{claimed_then_completed}};
 
+-- name: complete_and_claim_jobs_skipping
+-- complete_and_claim_jobs carrying claim_jobs_skipping (a kind's slots full).
+WITH completed AS ({{complete_jobs}}),
+{{claimed_skipping_then_completed}};
+
+-- name: complete_retained_and_claim_jobs_skipping
+WITH completed AS ({{complete_jobs_retained}}),
+{{claimed_skipping_then_completed}};
+
+-- name: complete_with_results_and_claim_jobs_skipping
+WITH completed AS ({{complete_jobs_with_results}}),
+{{claimed_skipping_then_completed}};
+
 -- name: complete_workflow_jobs
 -- Complete jobs of workflows (complete_jobs) and count them (advance_workflows), in one
 -- statement: the release of a workflow's next step commits with the acknowledgement of the job
@@ -698,6 +711,14 @@ SELECT id FROM completed;
 -- longer held under its token) and whose claim columns are all NULL: the claim's own columns,
 -- from a join that matches no row, so a column added to the claim's RETURNING is here too.
 claimed AS ({{claim_jobs}})
+{{claimed_and_completed_rows}};
+
+-- part: claimed_skipping_then_completed
+-- claimed_then_completed with the claim of a worker whose slots of one kind are full.
+claimed AS ({{claim_jobs_skipping}})
+{{claimed_and_completed_rows}};
+
+-- part: claimed_and_completed_rows
 SELECT claimed.*, NULL::bigint[] AS completed FROM claimed
 UNION ALL
 SELECT claimed.*, ARRAY(SELECT id FROM completed)
