@@ -244,6 +244,7 @@ def test_a_worker_builds_its_units_from_its_options_and_the_settings(settings):
         "LEASE_SECONDS": 90,
         "RESCUE_INTERVAL_SECONDS": 100,
         "KEEP_SUCCEEDED_SECONDS": 5,
+        "VACUUM_INTERVAL_SECONDS": 20,
     }
     worker = Worker(listen=False, install_signal_handlers=False, stats_interval=7)
     units = {type(unit).__name__: unit for unit in worker._maintenance_units()}
@@ -254,6 +255,7 @@ def test_a_worker_builds_its_units_from_its_options_and_the_settings(settings):
         "LeaseHeartbeat",
         "RegistryTouch",
         "Rescuer",
+        "TableVacuum",
         "Pruner",
         "Scheduler",
         "StatsLog",
@@ -263,7 +265,11 @@ def test_a_worker_builds_its_units_from_its_options_and_the_settings(settings):
     assert units["Rescuer"].config.interval_seconds == 100
     assert units["Pruner"].config.keep_succeeded_seconds == 5
     assert units["StatsLog"].config == StatsLogConfig(7)
+    assert units["TableVacuum"].config.interval_seconds == 20
     assert worker.liveness is None
+    settings.PGJOBS = {**settings.PGJOBS, "VACUUM_INTERVAL_SECONDS": None}
+    worker = Worker(listen=False, install_signal_handlers=False)
+    assert "TableVacuum" not in {type(unit).__name__ for unit in worker._maintenance_units()}
 
 
 def test_the_liveness_file_runs_first_every_heartbeat(settings, tmp_path):

@@ -334,7 +334,7 @@ WHERE unique_key = %(unique_key)s AND status IN ('ready', 'running');
 -- flow key (limits, fairness) are left to claim_jobs_flow. Why each part:
 -- docs/explanation/claim.md.
 WITH candidates AS (
-    SELECT id, priority, run_after, name = ANY(%(async_names)s::text[]) AS is_async
+    SELECT id, ctid, priority, run_after, name = ANY(%(async_names)s::text[]) AS is_async
     FROM pgjobs_job
     WHERE status = 'ready'
       AND run_after <= now()
@@ -371,11 +371,20 @@ WITH due AS (
     LIMIT 1000
 ),
 candidates AS (
-    SELECT j.id, j.priority, j.run_after, j.name = ANY(%(async_names)s::text[]) AS is_async
-    FROM due JOIN pgjobs_job AS j ON j.id = due.id
-    WHERE j.status = 'ready'
-      AND j.name <> ALL(%(skip_names)s::text[])
-    ORDER BY j.priority DESC, j.run_after, j.id
+    -- Each job of the window looked up by its key, in the window's order, locked as it is
+    -- taken, until `limit` are: a subquery the planner cannot flatten (OFFSET 0), whose status
+    -- check (`IS TRUE`) no partial index can serve, so the key is the only way in. Joined
+    -- plainly, a planner that believed the table nearly empty (its statistics from a vacuum
+    -- between bursts) scanned the whole table once per job of the window: 514 s for one claim.
+    SELECT j.id, j.ctid, j.priority, j.run_after, j.is_async
+    FROM due CROSS JOIN LATERAL (
+        SELECT id, ctid, priority, run_after, name = ANY(%(async_names)s::text[]) AS is_async
+        FROM pgjobs_job
+        WHERE id = due.id
+          AND (status = 'ready') IS TRUE
+          AND name <> ALL(%(skip_names)s::text[])
+        OFFSET 0
+    ) AS j
     LIMIT %(limit)s::int
     FOR UPDATE OF j SKIP LOCKED
 ),
@@ -385,13 +394,13 @@ candidates AS (
 -- part: claim_ranked
 -- The claim statements' `candidates` ranked within their kind and `picked` within its room.
 ranked AS (
-    SELECT id, is_async,
+    SELECT id, ctid, is_async,
            row_number() OVER (PARTITION BY is_async ORDER BY priority DESC, run_after, id)
                AS place
     FROM candidates
 ),
 picked AS (
-    SELECT id,
+    SELECT id, ctid,
            place <= CASE WHEN is_async THEN %(async_starts)s::int ELSE %(sync_starts)s::int END
                AS starts
     FROM ranked
@@ -399,8 +408,15 @@ picked AS (
 )
 
 -- part: claim_picked
--- The end of the claim statements: stamp the `picked` jobs (id, starts) as claimed by this
--- worker under this claim's token, and return what the worker reads of each.
+-- The end of the claim statements: stamp the `picked` jobs (id, ctid, starts) as claimed by
+-- this worker under this claim's token, and return what the worker reads of each. Found by the
+-- ctid each candidate was locked at (a Tid Scan per job, whatever the planner believes):
+-- joined by id alone, a planner whose statistics said the table was nearly empty (a vacuum
+-- between bursts) walked the whole primary key and re-ranked the candidates for each entry,
+-- O(table) per claim (tests/test_claim_window.py). The id is checked too. A candidate another
+-- transaction updated after this statement's snapshot but before its lock (still ready: a
+-- debounced enqueue, "run now") was locked at its new version, which this snapshot does not
+-- see: it is not claimed this time, and stays ready for the next claim.
 UPDATE pgjobs_job AS j
 SET status = 'running',
     attempts = j.attempts + 1,
@@ -413,7 +429,7 @@ SET status = 'running',
                             ELSE j.first_started_at END,
     lease_expires_at = now() + %(lease_seconds)s::float8 * interval '1 second'
 FROM picked
-WHERE j.id = picked.id
+WHERE j.ctid = picked.ctid AND j.id = picked.id
 RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs,
           j.attempts, j.max_attempts,
           j.timeout,
@@ -468,12 +484,12 @@ room AS (
     FROM lanes AS l
 ),
 candidates AS (
-    SELECT c.id, c.is_async, c.place, room.key AS lane, room.last_served_at
+    SELECT c.id, c.ctid, c.is_async, c.place, room.key AS lane, room.last_served_at
     FROM room
     CROSS JOIN LATERAL (
-        SELECT id, is_async, row_number() OVER (ORDER BY run_after, id) AS place
+        SELECT id, ctid, is_async, row_number() OVER (ORDER BY run_after, id) AS place
         FROM (
-            SELECT j.id, j.run_after, j.name = ANY(%(async_names)s::text[]) AS is_async
+            SELECT j.id, j.ctid, j.run_after, j.name = ANY(%(async_names)s::text[]) AS is_async
             FROM pgjobs_job AS j
             WHERE j.flow_key = room.key
               AND j.status = 'ready'
@@ -492,14 +508,14 @@ candidates AS (
     ) AS c
 ),
 ranked AS (
-    SELECT id, is_async, lane,
+    SELECT id, ctid, is_async, lane,
            row_number() OVER (ORDER BY place, last_served_at ASC NULLS FIRST, lane) AS overall,
            row_number() OVER (PARTITION BY is_async
                               ORDER BY place, last_served_at ASC NULLS FIRST, lane) AS kind_place
     FROM candidates
 ),
 picked AS (
-    SELECT id, lane,
+    SELECT id, ctid, lane,
            kind_place <= CASE WHEN is_async THEN %(async_starts)s::int
                               ELSE %(sync_starts)s::int END AS starts
     FROM ranked
