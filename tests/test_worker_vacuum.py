@@ -122,3 +122,29 @@ def test_runjobs_vacuums_the_table_it_drains(start_worker):
     for worker in workers:
         assert "could not vacuum" not in worker.output()
         assert "Traceback" not in worker.output()
+
+
+def test_its_vacuum_leaves_the_empty_table_its_pages():
+    """A vacuum that truncates the table's empty tail locks the whole table (ACCESS EXCLUSIVE):
+    the claims and enqueues of a busy queue stop while it does. The jobs table says no
+    (``vacuum_truncate = false``, migration 0026): an emptied table keeps its pages, for the
+    worker's vacuum and autovacuum alike."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT reloptions FROM pg_class WHERE oid = 'pgjobs_job'::regclass")
+        assert "vacuum_truncate=false" in cursor.fetchone()[0]
+    make_dead_rows(3000)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_relation_size('pgjobs_job')")
+        size = cursor.fetchone()[0]
+    assert size > 10 * 8192
+    vacuum = unit(min_dead=1000)
+    assert vacuum.run_once() == "started"
+    vacuum.close()
+    assert vacuum.last is not None and vacuum.last.dead_after < 100  # it did vacuum them
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_relation_size('pgjobs_job')")
+        assert cursor.fetchone()[0] == size
+        # the same vacuum, told to truncate, gives the pages back: what the setting prevents
+        cursor.execute("VACUUM (TRUNCATE true) pgjobs_job")
+        cursor.execute("SELECT pg_relation_size('pgjobs_job')")
+        assert cursor.fetchone()[0] < size
