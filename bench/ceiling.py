@@ -44,6 +44,7 @@ import psycopg
 
 from bench import floor
 from bench.drivers.common import read_report
+from bench.run import recreate_database
 
 ROOT = Path(__file__).resolve().parent.parent
 DATABASE = "pgjobs_ceiling"
@@ -104,9 +105,7 @@ class Ceiling:
         self.args = args
         base, _, _ = server.rpartition("/")
         self.url = f"{base}/{DATABASE}"
-        with psycopg.connect(server, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
-            conn.execute(f'CREATE DATABASE "{DATABASE}"')
+        recreate_database(server, DATABASE)
         self.command("setup")
         self.cores = args.cores or os.cpu_count() or 1
         self.affinity = f"0-{self.cores - 1}"

@@ -74,8 +74,12 @@ def stamped_worker(jobs: int, out: str) -> None:
             item is outcomes.WAKE and events.append(["dispatcher", time.time()])
         ),
     )
-    wrap(claiming.Claimer, "_claim", before=lambda *a: events.append(["claim_sent", time.time()]))
-    wrap(claiming.Claimer, "_claim", after=lambda a, r: events.append(["claimed", time.time()]))
+    wrap(
+        claiming.Claimer,
+        "_claim",
+        before=lambda *a: events.append(["claim_sent", time.time()]),
+        after=lambda a, r: events.append(["claimed", time.time()]),
+    )
     inside = threading.local()  # execute_prepared_replanned() calls execute_prepared(): once
     for name in ("execute", "execute_prepared", "execute_prepared_replanned"):
         original = getattr(db, name)
@@ -172,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     import psycopg
 
     from bench import sqlbench
-    from bench.run import LISTEN_GAP_SECONDS, make_durable, server_settings
+    from bench.run import LISTEN_GAP_SECONDS, make_durable, recreate_database, server_settings
 
     server = args.url
     if not server:
@@ -184,9 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     url = f"{base}/{DATABASE}"
     out = ROOT / "bench-results" / time.strftime("latency-trace-%Y-%m-%dT%H%MZ", time.gmtime())
     out.mkdir(parents=True, exist_ok=True)
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{DATABASE}"')
+    recreate_database(server, DATABASE)
     env = {
         **os.environ,
         "BENCH_DATABASE_URL": url,

@@ -36,6 +36,7 @@ from pathlib import Path
 import psycopg
 
 from bench.drivers.common import read_report
+from bench.run import recreate_database
 
 ROOT = Path(__file__).resolve().parent.parent
 DATABASE = "pgjobs_soak"
@@ -111,9 +112,7 @@ class Soak:
         )
         self.out.mkdir(parents=True, exist_ok=True)
         self.probe_file = self.out / "probes.txt"
-        with psycopg.connect(server, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
-            conn.execute(f'CREATE DATABASE "{DATABASE}"')
+        recreate_database(server, DATABASE)
         self.driver("setup")
 
     def env(self, **extra: str) -> dict[str, str]:
