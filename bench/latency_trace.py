@@ -196,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         "PYTHONPATH": str(ROOT),
     }
     this = [sys.executable, "-m", "bench.latency_trace", "--jobs", str(args.jobs)]
+    worker = None
     try:
         subprocess.run(
             [sys.executable, "-m", "django", "migrate", "-v0"], cwd=ROOT, env=env, check=True
@@ -217,6 +218,11 @@ def main(argv: list[str] | None = None) -> int:
         results["floor"] = sqlbench.latency_floor(url, args.jobs, LISTEN_GAP_SECONDS)
         results["server"] = server_settings(url)
     finally:
+        # a worker left behind (the producer failed, or it did not finish in time) would retry
+        # against the dropped database for ever and load the next benchmark
+        if worker is not None and worker.poll() is None:
+            worker.kill()
+            worker.wait()
         with psycopg.connect(server, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
     results["meta"] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
