@@ -223,18 +223,21 @@ def defer_unknown_jobs(
 
 
 def extend_leases(connection: Connection, jobs: Sequence[ClaimedJob]) -> set[int]:
-    """Heartbeat; returns the ids still held (the others were rescued from this worker)."""
-    return heartbeat(connection, jobs)[0]
+    """Heartbeat; returns the ids still held (the others were rescued or have ended)."""
+    return heartbeat(connection, jobs).kept
 
 
-def heartbeat(connection: Connection, jobs: Sequence[ClaimedJob]) -> tuple[set[int], set[int]]:
-    """``extend_leases``, returning ``(ids still held, ids of those with an abort requested)``."""
-    if not jobs:
-        return set(), set()
-    params = _pairs(jobs)
-    params["lease_seconds"] = [j.lease_seconds for j in jobs]
-    rows = db.execute(connection, "extend_leases", params)
-    return {row["id"] for row in rows}, {row["id"] for row in rows if row["abort_requested"]}
+class Heartbeat(NamedTuple):  # a job in neither kept nor taken ended under its claim, or is gone
+    kept: set[int]  # leases extended: still held under this claim
+    abort_requested: set[int]  # of those, the ones with an abort requested
+    taken: set[int]  # rescued: their row has another claim token now, or none
+
+
+def heartbeat(connection: Connection, jobs: Sequence[ClaimedJob]) -> Heartbeat:
+    """``extend_leases``, saying which jobs are kept, asked to abort, and taken elsewhere."""
+    params = {**_pairs(jobs), "lease_seconds": [j.lease_seconds for j in jobs]}
+    rows = db.execute(connection, "extend_leases", params) if jobs else []
+    return Heartbeat(*({row["id"] for row in rows if row[k]} for k in Heartbeat._fields))
 
 
 # -- maintenance --------------------------------------------------------------------------------

@@ -132,7 +132,8 @@ def test_heartbeat_says_which_held_jobs_have_an_abort_requested():
     asked, quiet = running(), running()
     abort(asked.pk)
     jobs = [claimed_of(asked), claimed_of(quiet)]
-    assert operations.heartbeat(jobs_connection(), jobs) == ({asked.pk, quiet.pk}, {asked.pk})
+    beat = operations.heartbeat(jobs_connection(), jobs)
+    assert beat == ({asked.pk, quiet.pk}, {asked.pk}, set())
 
 
 def test_admin_abort_is_offered_for_running_jobs_and_acts_on_them_only(superuser):

@@ -118,6 +118,24 @@ def test_lease_heartbeat_warns_about_a_lease_taken_elsewhere(caplog):
     assert f"lease of job {job.name} #{job.id} was lost (rescued elsewhere)" in caplog.text
 
 
+def test_lease_heartbeat_does_not_call_a_job_that_ended_under_its_claim_lost(caplog):
+    """An atomic job commits its completion on its executor's thread; the dispatcher, which runs
+    the heartbeat, hears of it a moment later. A heartbeat in between finds the row finished
+    under this claim (or deleted): not extended, and not a lost lease either."""
+    for label in ("done", "deleted", "running"):
+        demo.record.enqueue(label)
+    done, deleted, running = jobs = claim(3)
+    Job.objects.filter(pk=done.id).update(status=Status.SUCCESSFUL, lease_expires_at=None)
+    Job.objects.filter(pk=deleted.id).delete()
+
+    with caplog.at_level(logging.WARNING, logger="django_pgjobs.worker"):
+        counts = heartbeat(holding(jobs)).run_once()
+
+    assert counts == HeartbeatCounts(extended=1, lost=0, abort_requested=0)
+    assert "was lost" not in caplog.text
+    assert lease_left(running.id) > 50
+
+
 def test_lease_heartbeat_passes_on_the_aborts_requested():
     demo.record.enqueue("keep")
     demo.record.enqueue("abort me")

@@ -929,14 +929,29 @@ WHERE j.id = back.id
 RETURNING j.id;
 
 -- name: extend_leases
--- Heartbeat: push the lease of every job a worker holds; rows not returned are no longer its.
--- Also says which of them have an abort requested (how a worker that does not LISTEN learns).
-UPDATE pgjobs_job AS j
-SET lease_expires_at = now() + held.lease_seconds * interval '1 second'
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(lease_seconds)s::float8[])
-     AS held(id, token, lease_seconds)
-WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
-RETURNING j.id, j.abort_requested_at IS NOT NULL AS abort_requested;
+-- Heartbeat: push the lease of every job a worker holds; one row per held job says whether it
+-- was extended (`kept`), whether an abort is requested (how a worker that does not LISTEN
+-- learns), and whether another claim has it now (`taken`: its row is there with another claim
+-- token or none, i.e. it was rescued). A job neither kept nor taken has ended under this claim: a job
+-- that completes in its own transaction commits that on its executor's thread before the
+-- dispatcher hears of it, and is not a lost lease. `taken` reads the statement's snapshot: a
+-- rescue committed during it is seen by the next heartbeat.
+WITH held AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(lease_seconds)s::float8[])
+        AS held(id, token, lease_seconds)
+), extended AS (
+    UPDATE pgjobs_job AS j
+    SET lease_expires_at = now() + held.lease_seconds * interval '1 second'
+    FROM held
+    WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
+    RETURNING j.id, j.abort_requested_at IS NOT NULL AS abort_requested
+)
+SELECT held.id, extended.id IS NOT NULL AS kept,
+       coalesce(extended.abort_requested, false) AS abort_requested,
+       j.id IS NOT NULL AND j.claim_token IS DISTINCT FROM held.token AS taken
+FROM held
+LEFT JOIN extended ON extended.id = held.id
+LEFT JOIN pgjobs_job AS j ON j.id = held.id AND extended.id IS NULL;
 
 -- name: rescue_expired
 -- Jobs whose lease expired (their worker died or hung). A job whose start was recorded goes

@@ -93,14 +93,17 @@ class LeaseHeartbeat(MaintenanceUnit):
         jobs = [job for job in held.values() if job.deadline is None or job.deadline > now]
         if not jobs:
             return HeartbeatCounts()
-        kept, abort_requested = operations.heartbeat(self.db.connection(), jobs)
-        marked = self.on_abort(abort_requested)
+        beat = operations.heartbeat(self.db.connection(), jobs)
+        marked = self.on_abort(beat.abort_requested)
+        # Only a row another claim holds is a lost lease. A job not extended and not taken has
+        # ended here (an atomic job commits its completion on its own thread before the
+        # dispatcher hears of it); its outcome, on its way, says the rest.
         lost = 0
         for job in jobs:
-            if job.id not in kept and job.id in held:
+            if job.id in beat.taken and job.id in held:
                 lost += 1
                 logger.warning("lease of job %s #%s was lost (rescued elsewhere)", job.name, job.id)
-        return HeartbeatCounts(extended=len(kept), lost=lost, abort_requested=marked)
+        return HeartbeatCounts(extended=len(beat.kept), lost=lost, abort_requested=marked)
 
 
 # -- the liveness file ---------------------------------------------------------------------------
