@@ -80,15 +80,22 @@ def drain(timeout: float = 30.0, **options) -> None:
 
 
 class WorkerProcess:
-    def __init__(self, popen: subprocess.Popen, log: Path) -> None:
+    def __init__(self, popen: subprocess.Popen, log: Path, ready: str | None = None) -> None:
         self.popen = popen
         self.log = log
+        self.ready = ready  # what the command prints once its signal handlers are in place
 
     @property
     def pid(self) -> int:
         return self.popen.pid
 
     def signal(self, signum: int) -> None:
+        """Send ``signum``. SIGTERM and SIGINT wait until the command has said it is ready (or
+        has exited): a ``runjobs`` still starting (Django set up, no handler yet) dies of them
+        with -15 instead of stopping, which is not what a test stopping it means to check. (Seen
+        when another worker drained the queue before this one had finished starting.)"""
+        if self.ready and signum in (signal.SIGTERM, signal.SIGINT):
+            wait_until(lambda: self.ready in self.output() or self.popen.poll() is not None)
         self.popen.send_signal(signum)
 
     def kill(self) -> None:
@@ -111,6 +118,10 @@ class WorkerProcess:
         return self.log.read_text(errors="replace")
 
 
+# What a command prints once its signal handlers are in place (WorkerProcess.signal).
+READY_LINES = {"runjobs": " started: "}
+
+
 @contextmanager
 def command_starter(command: str, logs: Path) -> Iterator[Callable[..., WorkerProcess]]:
     """A function starting ``manage.py <command>`` subprocesses (``start(*args, env=...)``),
@@ -119,6 +130,7 @@ def command_starter(command: str, logs: Path) -> Iterator[Callable[..., WorkerPr
 
     def start(*args: str, env: dict[str, str] | None = None) -> WorkerProcess:
         process = start_command(command, args, logs / f"{command}-{len(started)}.log", env)
+        process.ready = READY_LINES.get(command)
         started.append(process)
         return process
 

@@ -155,9 +155,13 @@ def test_the_probes_answer_no_without_a_worker_and_yes_with_one(start_worker, tm
         env={"PGJOBS_HEARTBEAT_SECONDS": "1"},
     )  # fmt: skip
     wait_until(lambda: run_probe(command).returncode == 0, timeout=60, interval=0.5)
+    # paused while the probe reads a stale file: under load the probe's interpreter can take
+    # longer to start than the worker's next touch is away
+    worker.signal(signal.SIGSTOP)
     stale = time.time() - seconds - 1
     os.utime(alive, (stale, stale))
     assert run_probe(command).returncode == 1
+    worker.signal(signal.SIGCONT)
     # the worker's loop touches it again within a heartbeat
     wait_until(lambda: run_probe(command).returncode == 0, timeout=30, interval=0.2)
     worker.signal(signal.SIGTERM)
