@@ -220,3 +220,24 @@ LOGGING = {
         "django_tasks": {"handlers": ["console"], "level": "INFO"},
     },
 }
+
+# tests/test_reload.py: the autoreloader's "File ... first seen" line for one file, so that the
+# test edits that file only once the reloader has its first modification time (an edit before
+# the reloader's first look is never seen as a change).
+if os.environ.get("PGJOBS_TEST_RELOAD_WATCH"):
+    LOGGING["filters"] = {
+        "watched": {
+            "()": "testproject.log_filters.MessageContains",
+            "text": os.environ["PGJOBS_TEST_RELOAD_WATCH"],
+        }
+    }
+    LOGGING["handlers"]["watched"] = {
+        "class": "logging.StreamHandler",
+        "formatter": "plain",
+        "filters": ["watched"],
+    }
+    LOGGING["loggers"]["django.utils.autoreload"] = {
+        "handlers": ["watched"],
+        "level": "DEBUG",
+        "propagate": False,
+    }

@@ -54,10 +54,16 @@ def test_editing_a_job_module_restarts_the_worker_and_loses_no_job(start_worker,
     env = {
         "PYTHONPATH": os.pathsep.join(filter(None, [str(modules), os.environ.get("PYTHONPATH")])),
         "PGJOBS_TEST_JOB_MODULES": name,
+        "PGJOBS_TEST_RELOAD_WATCH": f"{name}.py",  # testproject/settings.py
     }
     worker = start_worker("--reload", "--concurrency", "1", "--prefetch", "4", env=env)
     probe.enqueue("first")
     wait_until(lambda: labels() == ["first-v1"], timeout=60, interval=0.05)
+    # The reloader compares each file's modification time with the one it saw first: an edit
+    # made before its first look at the file is never a change. (In a run of the whole suite the
+    # worker once never reloaded within a minute of the edit, its log silent, which is what an
+    # edit before that first look gives; not seen since the test waits for it.)
+    wait_until(lambda: f"{name}.py first seen with mtime" in worker.output(), timeout=60)
 
     # a job running and others held (claimed ahead of the one slot) when the code changes
     demo.record.enqueue("running", sleep=1.5)
@@ -71,7 +77,10 @@ def test_editing_a_job_module_restarts_the_worker_and_loses_no_job(start_worker,
     edit(path, "v2")
 
     expected = sorted(["first-v1", "running"] + [f"held-{i}-v2" for i in range(4)])
-    wait_until(lambda: labels() == expected, timeout=60, interval=0.05)
+    try:
+        wait_until(lambda: labels() == expected, timeout=60, interval=0.05)
+    except AssertionError:
+        pytest.fail(f"ran {labels()}, expected {expected}:\n{worker.output()}")
     assert not Job.objects.exists() and not DeadLetter.objects.exists()
     output = worker.output()
     assert "changed: stopping the worker before reloading" in output, output
