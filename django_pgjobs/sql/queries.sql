@@ -929,13 +929,14 @@ WHERE j.id = back.id
 RETURNING j.id;
 
 -- name: extend_leases
--- Heartbeat: push the lease of every job a worker holds; one row per held job says whether it
+-- Heartbeat: push the lease of every job a worker holds. One row per held job says whether it
 -- was extended (`kept`), whether an abort is requested (how a worker that does not LISTEN
--- learns), and whether another claim has it now (`taken`: its row is there with another claim
--- token or none, i.e. it was rescued). A job neither kept nor taken has ended under this claim: a job
--- that completes in its own transaction commits that on its executor's thread before the
--- dispatcher hears of it, and is not a lost lease. `taken` reads the statement's snapshot: a
--- rescue committed during it is seen by the next heartbeat.
+-- learns), and, for a job not extended, whether another claim has it now (`taken`: its row is
+-- there with another claim token or none, i.e. it was rescued). A job neither kept nor taken has
+-- ended under this claim: a job that completes in its own transaction commits that on its
+-- executor's thread before the dispatcher hears of it, and is not a lost lease. `taken` reads
+-- the statement's snapshot (a rescue committed during it is seen by the next heartbeat) and is
+-- looked up only for the jobs not extended.
 WITH held AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(lease_seconds)s::float8[])
         AS held(id, token, lease_seconds)
@@ -948,10 +949,12 @@ WITH held AS (
 )
 SELECT held.id, extended.id IS NOT NULL AS kept,
        coalesce(extended.abort_requested, false) AS abort_requested,
-       j.id IS NOT NULL AND j.claim_token IS DISTINCT FROM held.token AS taken
+       CASE WHEN extended.id IS NULL THEN EXISTS (
+           SELECT FROM pgjobs_job AS j
+           WHERE j.id = held.id AND j.claim_token IS DISTINCT FROM held.token
+       ) ELSE false END AS taken
 FROM held
-LEFT JOIN extended ON extended.id = held.id
-LEFT JOIN pgjobs_job AS j ON j.id = held.id AND extended.id IS NULL;
+LEFT JOIN extended ON extended.id = held.id;
 
 -- name: rescue_expired
 -- Jobs whose lease expired (their worker died or hung). A job whose start was recorded goes
