@@ -225,10 +225,11 @@ LOGGING = {
 # test edits that file only once the reloader has its first modification time (an edit before
 # the reloader's first look is never seen as a change).
 if os.environ.get("PGJOBS_TEST_RELOAD_WATCH"):
+    _watched = os.environ["PGJOBS_TEST_RELOAD_WATCH"]
     LOGGING["filters"] = {
         "watched": {
-            "()": "testproject.log_filters.MessageContains",
-            "text": os.environ["PGJOBS_TEST_RELOAD_WATCH"],
+            "()": "django.utils.log.CallbackFilter",
+            "callback": lambda record: _watched in record.getMessage(),
         }
     }
     LOGGING["handlers"]["watched"] = {

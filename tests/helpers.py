@@ -130,7 +130,6 @@ def command_starter(command: str, logs: Path) -> Iterator[Callable[..., WorkerPr
 
     def start(*args: str, env: dict[str, str] | None = None) -> WorkerProcess:
         process = start_command(command, args, logs / f"{command}-{len(started)}.log", env)
-        process.ready = READY_LINES.get(command)
         started.append(process)
         return process
 
@@ -159,7 +158,7 @@ def start_command(command: str, args, log: Path, env: dict[str, str] | None) -> 
         stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group: the end of the test kills its children
     )
-    return WorkerProcess(popen, log)
+    return WorkerProcess(popen, log, READY_LINES.get(command))
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 60, interval: float = 0.1) -> None:
