@@ -4,15 +4,16 @@ with a long transaction holding the xmin horizon while claims and deletes go on.
     python -m bench.depth                          # every size, then the held horizon
     python -m bench.depth --sizes 1000,100000 --rounds 100
     python -m bench.depth --only horizon --horizon-jobs 60000
+    python -m bench.depth --only sizes --sizes 1000000 --running 10000   # beside running jobs
     python -m bench.depth --base-migration 0022_translatable_names   # each size on both schemas
 
 Each size is seeded with ``generate_series`` (due jobs spread over the last two hours, then
 ``VACUUM ANALYZE`` and a ``CHECKPOINT``), then ``--rounds`` rounds run, each: 200 new due jobs
 (one statement, not timed: the depth stays put), one claim as ``runjobs`` with no flags issues
 it (``claim_jobs`` from the project's own ``ClaimBuilder``, a batch of ``MAX_HELD`` = 200 jobs,
-one of them started: concurrency 1), then the acknowledgement of what it took
-(``complete_jobs``). Every tenth round the claim runs under ``EXPLAIN (ANALYZE, BUFFERS)``
-instead: the buffers it touched and the rows its index scan returned and filtered do not
+one of them started: concurrency 1), a heartbeat for the jobs it took (``extend_leases``),
+then the acknowledgement of them (``complete_jobs``). Every tenth round the claim runs under
+``EXPLAIN (ANALYZE, BUFFERS)`` instead: the buffers it touched and the rows its index scan returned and filtered do not
 depend on the machine's load, the wall times do. Then ``--enqueues`` calls of ``enqueue()``,
 one per transaction. The figures are medians (and p90) of the rounds.
 
@@ -50,6 +51,15 @@ SELECT 'bench.noop', 'default', 0, '[]', '{}', 'ready',
        now() - interval '2 hours' + (i::float8 / %(total)s) * interval '1 hour', 0, 5,
        now() - interval '2 hours' + (i::float8 / %(total)s) * interval '1 hour', '', '[]'
 FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS i
+"""
+# Jobs other workers are running (``--running``): leases an hour ahead, never rescued here.
+RUNNING = """
+INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
+                        max_attempts, created_at, started_at, worker, errors, claim_token,
+                        lease_expires_at)
+SELECT 'bench.noop', 'default', 0, '[]', '{}', 'running', now(), 1, 5, now(), now(),
+       'other-' || (i %% 50), '[]', gen_random_uuid(), now() + interval '1 hour'
+FROM generate_series(1, %s) AS i
 """
 REFILL = """
 INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
@@ -104,9 +114,12 @@ def claim_plan():
     return builder, ClaimPlan(limit=BATCH, sync_room=BATCH, sync_starts=1)
 
 
-def seed(conn, total: int) -> float:
-    """``total`` due jobs, in statements of a million rows; the seconds it took."""
+def seed(conn, total: int, running: int = 0) -> float:
+    """``total`` due jobs, in statements of a million rows, and ``running`` jobs of other
+    workers; the seconds it took."""
     started = time.perf_counter()
+    if running:
+        conn.execute(RUNNING, (running,))
     first = 1
     while first <= total:
         last = min(total, first + 999_999)
@@ -192,11 +205,14 @@ class Depth:
             started = time.perf_counter()
             claimed = operations.complete(self.connection, claim=claim).claimed
             claimed_at = time.perf_counter()
+            operations.heartbeat(self.connection, claimed)
+            beat_at = time.perf_counter()
             operations.complete(self.connection, claimed)
             done_at = time.perf_counter()
             figures = {
                 "claim_ms": 1000 * (claimed_at - started),
-                "ack_ms": 1000 * (done_at - claimed_at),
+                "heartbeat_ms": 1000 * (beat_at - claimed_at),
+                "ack_ms": 1000 * (done_at - beat_at),
                 "claimed": len(claimed),
             }
         if keep:
@@ -232,6 +248,7 @@ def summarize(rounds: list[dict]) -> dict:
         "claim_ms_p50": statistics.median(r["claim_ms"] for r in timed),
         "claim_ms_p90": percentile([r["claim_ms"] for r in timed], 0.9),
         "ack_ms_p50": statistics.median(r["ack_ms"] for r in timed),
+        "heartbeat_ms_p50": statistics.median(r["heartbeat_ms"] for r in timed),
         "claimed_p50": statistics.median(r["claimed"] for r in timed),
         "rounds": len(timed),
     }
@@ -259,7 +276,8 @@ def measure_sizes(server: str, sizes: list[int], args) -> dict:
             if name.endswith("_base") and not migration:
                 continue
             depth = Depth(server, name, size, migration)
-            log(f"{name:>15}: {size:,} ready rows seeded in {seed(depth.pg, size):.0f} s")
+            took = seed(depth.pg, size, args.running)
+            log(f"{name:>15}: {size:,} ready rows (and {args.running:,} running) in {took:.0f} s")
             depths.append(depth)
     for depth in depths:
         for _ in range(10):  # warm the caches and the connection
@@ -281,6 +299,8 @@ def measure_sizes(server: str, sizes: list[int], args) -> dict:
 def brief(figures: dict) -> str:
     keys = (
         "claim_ms_p50",
+        "ack_ms_p50",
+        "heartbeat_ms_p50",
         "explain_ms_p50",
         "explain_hit_p50",
         "explain_read_p50",
@@ -373,6 +393,13 @@ def main(argv: list[str]) -> int:
         "--base-migration",
         help="also run each size on a schema migrated only up to this django_pgjobs migration "
         "(the indexes before a change), in the same interleaved rounds",
+    )
+    parser.add_argument(
+        "--running",
+        type=int,
+        default=0,
+        help="also seed this many jobs running for 50 other workers (leases an hour ahead): "
+        "the claim and the acknowledgement beside every worker's running jobs",
     )
     parser.add_argument("--horizon-size", type=int, default=100_000)
     parser.add_argument("--horizon-jobs", type=int, default=60_000)

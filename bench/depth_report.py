@@ -27,8 +27,9 @@ def report(results: dict) -> str:
     if sizes:
         lines += [
             "| ready rows | claim p50 / p90 (ms) | EXPLAIN ms | buffers hit / read | "
-            "index rows returned / filtered | enqueue p50 (ms) | ack p50 (ms) | table + indexes (MB) |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "index rows returned / filtered | enqueue p50 (ms) | ack p50 (ms) | heartbeat p50 (ms) | "
+            "table + indexes (MB) |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for size, f in sizes.items():
             lines.append(
@@ -36,6 +37,7 @@ def report(results: dict) -> str:
                 f"{f['explain_ms_p50']:.2f} | {f['explain_hit_p50']:.0f} / {f['explain_read_p50']:.0f} | "
                 f"{f['explain_scan_rows_p50']:.0f} / {f['explain_scan_filtered_p50']:.0f} | "
                 f"{f['enqueue_ms_p50']:.2f} | {f['ack_ms_p50']:.2f} | "
+                f"{f['heartbeat_ms_p50']:.2f} | "
                 f"{(f['table_bytes'] + f['index_bytes']) / 2**20:,.0f} |"
             )
         last = list(sizes.values())[-1]
