@@ -72,9 +72,14 @@ def _missing_tables_named(connection: BaseDatabaseWrapper) -> Iterator[None]:
         yield
     except ProgrammingError as error:
         if getattr(getattr(error, "__cause__", None), "sqlstate", None) == "42P01":
+            migrate = (
+                "migrate"
+                if connection.alias == "default"
+                else (f"migrate --database {connection.alias}")
+            )
             raise JobsTableMissing(
                 "The django_pgjobs tables do not exist in the database "
-                f"{connection.alias!r}: run `python manage.py migrate` first."
+                f"{connection.alias!r}: run `python manage.py {migrate}` first."
             ) from error
         raise
 

@@ -14,16 +14,21 @@ waits) and count caps are ``overview``'s.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
+from django.db import DatabaseError
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from . import overview
 from .access import Reader
+from .db import JobsTableMissing
 from .outbox import status as outbox_status
+
+logger = logging.getLogger("django_pgjobs")
 
 #: The job views counted per queue (``states.View``), as the ``state`` label.
 STATES = ("due", "scheduled", "retrying", "running")
@@ -172,14 +177,34 @@ class EveryDatabaseCollector(Collector):
             yield from JobsCollector(self.databases[0][1], self.reader).collect()
             return
         merged: dict[str, Metric] = {}
+        up = GaugeMetricFamily(
+            "pgjobs_database_up",
+            "Whether the jobs database could be read for this scrape (1) or not (0: its series "
+            "are missing from it).",
+            labels=["database"],
+        )
+        failed: Exception | None = None
+        read_one = False
         for index, (alias, connection) in enumerate(self.databases):
-            for family in JobsCollector(connection, self.reader, outbox=index == 0).collect():
+            try:  # all of a database's series, or none of them
+                families = list(JobsCollector(connection, self.reader, outbox=index == 0).collect())
+            except (DatabaseError, JobsTableMissing) as error:
+                logger.warning("pgjobs/metrics: jobs database %r cannot be read: %s", alias, error)
+                up.add_metric([alias], 0)
+                failed = error
+                continue
+            up.add_metric([alias], 1)
+            read_one = True
+            for family in families:
                 into = merged.setdefault(
                     family.name, Metric(family.name, family.documentation, family.type)
                 )
                 for sample in family.samples:
                     into.add_sample(sample.name, {**sample.labels, "database": alias}, sample.value)
+        if failed is not None and not read_one:
+            raise failed  # not one database read: the scrape fails (503)
         yield from merged.values()
+        yield up
 
 
 def exposition(databases: list[tuple[str, Any]], reader: Reader, accept: str) -> tuple[bytes, str]:

@@ -15,7 +15,7 @@ from django.views.decorators.http import require_safe
 
 from . import access
 from .conf import get_config, job_databases
-from .db import jobs_connection
+from .db import JobsTableMissing, jobs_connection
 from .health import check_every_database
 
 MISSING_CLIENT = "pgjobs/metrics needs prometheus_client: pip install 'django-pgjobs[prometheus]'\n"
@@ -39,7 +39,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
             reader,
             request.META.get("HTTP_ACCEPT", ""),
         )
-    except DatabaseError as error:  # as health says it: 503, not a server error per scrape
+    except (DatabaseError, JobsTableMissing) as error:  # as health: 503, not a server error
         message = f"pgjobs/metrics: the jobs database is unavailable ({type(error).__name__})\n"
         return HttpResponse(message, status=503, content_type="text/plain; charset=utf-8")
     return HttpResponse(body, content_type=content_type)

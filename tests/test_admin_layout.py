@@ -198,8 +198,8 @@ def test_named_ids_stay_bounded():
     class Admin:
         admin_site = type("Site", (), {"name": "admin"})()
 
-        def url_name(self, suffix, model_name=None):
-            return f"admin:django_pgjobs_{model_name}_{suffix}"
+        def page_url(self, suffix, *args, model_name=None):
+            return reverse(f"admin:django_pgjobs_{model_name}_{suffix}", args=args)
 
     ids = list(range(1, 1001))
     message = confirm.rows_touched(Admin(), "Requeued 1,000 jobs.", ids, "job")

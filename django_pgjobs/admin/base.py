@@ -173,7 +173,9 @@ class OperatorAdmin(admin.ModelAdmin):
     @property
     def urls(self):
         """Every page of this admin on the database its request chose (``databases``)."""
-        return databases.on_chosen_database_urls(self.get_urls())
+        if not self.on_every_database:
+            return self.get_urls()
+        return databases.on_chosen_database_urls(self.get_urls(), self.admin_site)
 
     def has_add_permission(self, request, obj=None) -> bool:
         return False
@@ -209,6 +211,12 @@ class OperatorAdmin(admin.ModelAdmin):
         """Namespaced URL name of one of this app's admin pages (``reverse`` it)."""
         model_name = model_name or self.opts.model_name
         return f"{self.admin_site.name}:{self.opts.app_label}_{model_name}_{suffix}"
+
+    def page_url(self, suffix: str, *args, model_name: str | None = None) -> str:
+        """The URL of one of this app's admin pages (``url_name``), naming the database this
+        page shows when there are several (``databases.on_this_database``)."""
+        url = reverse(self.url_name(suffix, model_name), args=args)
+        return databases.on_this_database(url) if self.on_every_database else url
 
     def route(self, pattern: str, view, suffix: str):
         """A URL of an extra page: behind ``admin_site.admin_view`` (login, staff, no cache)."""
@@ -314,7 +322,7 @@ class JobRowAdmin(OperatorAdmin):
             needs_redaction=needs_redaction,
             whole_text=lambda: self.stored_text(obj.pk, column),
         )
-        return preview.html(reverse(self.url_name("value"), args=[obj.pk, column]))
+        return preview.html(self.page_url("value", obj.pk, column))
 
     def stored_text(self, pk: int, column: str) -> str | None:
         """PostgreSQL's text of one JSON column of one row (None: NULL, or the row is gone)."""
@@ -414,8 +422,7 @@ class JobRowAdmin(OperatorAdmin):
                 "job_actions": [
                     (
                         action,
-                        reverse(self.url_name("act"), args=[obj.pk, action.name])
-                        + databases.url_query(),
+                        self.page_url("act", obj.pk, action.name),
                     )
                     for action in self.actions_for(request, obj)
                     if getattr(self, f"has_{action.permission}_permission")(request)

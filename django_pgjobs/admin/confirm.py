@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from django.template.response import TemplateResponse
-from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.text import capfirst
 from django.utils.translation import gettext as _
@@ -33,12 +32,12 @@ def confirmation_page(model_admin, request, spec, rows, *, total, hidden, back_u
     it was asked from."""
     opts = model_admin.opts
     count = f"{total:,} {opts.verbose_name if total == 1 else opts.verbose_name_plural}"
-    changelist_url = reverse(model_admin.url_name("changelist"))
+    changelist_url = model_admin.page_url("changelist")
     context = model_admin.page_context(
         request,
         _("%(action)s: %(count)s?") % {"action": spec.label, "count": count},
         action=spec,
-        rows=rows,
+        rows=[(*row, model_admin.page_url("change", row[0])) for row in rows],
         unlisted=max(total - len(rows), 0),
         hidden=hidden,
         form_url=request.get_full_path(),
@@ -49,7 +48,6 @@ def confirmation_page(model_admin, request, spec, rows, *, total, hidden, back_u
             *trail,
             _("%(action)s?") % {"action": spec.label},
         ],
-        row_url_name=model_admin.url_name("change"),
     )
     return TemplateResponse(request, "admin/django_pgjobs/confirm_action.html", context)
 
@@ -81,7 +79,7 @@ def bulk_confirmation(model_admin, request, spec, ids: Sequence[int], left_alone
 def row_confirmation(model_admin, request, spec, row):
     """The confirmation of a detail page's button for ``row`` (``(id, name, queue)``)."""
     pk = row[0]
-    page = reverse(model_admin.url_name("change"), args=[pk])
+    page = model_admin.page_url("change", pk)
     return confirmation_page(
         model_admin,
         request,
@@ -119,9 +117,10 @@ def rows_touched(model_admin, text: str, ids: Sequence[int], model_name: str | N
     if model_name is None:
         names = format_html_join(", ", "#{}", ((pk,) for pk in named))
     else:
-        change = model_admin.url_name("change", model_name)
         names = format_html_join(
-            ", ", '<a href="{}">#{}</a>', ((reverse(change, args=[pk]), pk) for pk in named)
+            ", ",
+            '<a href="{}">#{}</a>',
+            ((model_admin.page_url("change", pk, model_name=model_name), pk) for pk in named),
         )
     more = (
         format_html(_(" and {} more"), f"{len(ids) - len(named):,}")
@@ -130,12 +129,15 @@ def rows_touched(model_admin, text: str, ids: Sequence[int], model_name: str | N
     )
     listed = ""
     if model_name is not None and len(ids) > 1:
-        changelist = reverse(model_admin.url_name("changelist", model_name))
+        changelist = model_admin.page_url("changelist", model_name=model_name)
         shown = ",".join(str(pk) for pk in ids[:LINKED_IDS])
         label = (
             _("list the first %(count)s") % {"count": f"{LINKED_IDS:,}"}
             if len(ids) > LINKED_IDS
             else _("list them")
         )
-        listed = format_html(' (<a href="{}?id__in={}">{}</a>)', changelist, shown, label)
+        separator = "&" if "?" in changelist else "?"
+        listed = format_html(
+            ' (<a href="{}{}id__in={}">{}</a>)', changelist, separator, shown, label
+        )
     return format_html("{}: {}{}{}.", text.rstrip("."), names, more, listed)

@@ -8,9 +8,11 @@ needs ``view_job``; dead letters are shown only to users who may view them, and 
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 
 from django.contrib import admin
+from django.db import DatabaseError
 from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -24,6 +26,8 @@ from ..states import view_label
 from . import databases, display
 from .base import require_view
 from .queues import with_queues_text
+
+logger = logging.getLogger("django_pgjobs.admin")
 
 CHART_WIDTH = 600
 CHART_HEIGHT = 120
@@ -134,30 +138,47 @@ class DatabasesRead:
     workers: list[dict] = field(default_factory=list)
     points: list[tuple] = field(default_factory=list)  # (minute, succeeded, failed), summed
     estimates: dict[str, int] = field(default_factory=dict)  # summed
+    failing: list[tuple[str, str]] = field(default_factory=list)  # (alias, error) not read
 
 
 def read_databases(show_dead: bool, show_workers: bool, now) -> DatabasesRead:
     """The dashboard's numbers of each jobs database (``PGJOBS["DATABASE"]`` and those of
-    ``PGJOBS["QUEUE_DATABASES"]``): one page for all of them."""
+    ``PGJOBS["QUEUE_DATABASES"]``): one page for all of them. With several, one that cannot
+    be read (down, not migrated) is named in ``failing`` and the others are shown; with one,
+    its error is the page's."""
     read = DatabasesRead()
     minutes: dict = {}
-    for alias in job_databases():
-        connection = db.jobs_connection(alias)
-        queues, points = overview.queue_overview(connection, dead_letters=show_dead, now=now)
-        read.queues += [(alias, queue) for queue in queues]
-        for minute, succeeded, failed in points:
-            before = minutes.get(minute, (0, 0))
-            minutes[minute] = (before[0] + succeeded, before[1] + failed)
-        if show_workers:
-            registered = Worker._default_manager.using(alias)
-            in_use = registry.queues_in_use(connection)
-            read.workers += [
-                {**row, "database": alias} for row in worker_rows(registered, now, in_use)
-            ]
-        for table, rows in overview.table_row_estimates(connection).items():
-            read.estimates[table] = read.estimates.get(table, 0) + (rows or 0)
+    aliases = job_databases()
+    for alias in aliases:
+        try:
+            _read_database(read, minutes, alias, show_dead, show_workers, now)
+        except (DatabaseError, db.JobsTableMissing) as error:
+            if len(aliases) == 1:
+                raise
+            logger.warning("dashboard: jobs database %r cannot be read: %s", alias, error)
+            read.failing.append((alias, display.one_line(str(error), 300)))
     read.points = [(minute, *minutes[minute]) for minute in sorted(minutes)]
     return read
+
+
+def _read_database(read: DatabasesRead, minutes: dict, alias, show_dead, show_workers, now):
+    """Add what the dashboard shows of the jobs database ``alias`` to ``read``: all of it, or
+    nothing (read first, added after, so a database failing midway adds no half)."""
+    connection = db.jobs_connection(alias)
+    queues, points = overview.queue_overview(connection, dead_letters=show_dead, now=now)
+    workers = []
+    if show_workers:
+        registered = Worker._default_manager.using(alias)
+        in_use = registry.queues_in_use(connection)
+        workers = [{**row, "database": alias} for row in worker_rows(registered, now, in_use)]
+    estimates = overview.table_row_estimates(connection)
+    read.queues += [(alias, queue) for queue in queues]
+    for minute, succeeded, failed in points:
+        before = minutes.get(minute, (0, 0))
+        minutes[minute] = (before[0] + succeeded, before[1] + failed)
+    read.workers += workers
+    for table, rows in estimates.items():
+        read.estimates[table] = read.estimates.get(table, 0) + (rows or 0)
 
 
 def database_links(alias: str) -> dict[str, str]:
@@ -210,6 +231,7 @@ def dashboard_view(model_admin, request):
             for view in ("due", "scheduled", "retrying", "running")
         ],
         measured_at=now,
+        failing=read.failing,
     )
     return TemplateResponse(request, "admin/django_pgjobs/dashboard.html", context)
 

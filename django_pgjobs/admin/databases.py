@@ -16,9 +16,15 @@ import contextvars
 import functools
 from urllib.parse import urlencode
 
+from django.db import DatabaseError
+from django.http import HttpResponseBadRequest, HttpResponseRedirect
+from django.template.response import TemplateResponse
 from django.urls import URLPattern
+from django.utils.translation import gettext as _
 
 from ..conf import get_config, job_databases
+from ..db import JobsTableMissing
+from .display import one_line
 
 #: The query parameter naming the database of a page.
 PARAM = "_database"
@@ -52,35 +58,81 @@ def chosen(request) -> str:
     return saved if saved in aliases else aliases[0]
 
 
-def on_chosen_database(view):
+def on_chosen_database(view, site=None):
     """``view`` with ``current()`` naming the database its request chose; with several, a
     template response is drawn before it returns, so that what it reads lazily reads the same
-    database (with one, the view is left as it is)."""
+    database (with one, the view is left as it is).
+
+    With several, a page's URL always names its database: a GET without ``?_database=`` (the
+    sidebar, a breadcrumb, a bookmark) is redirected to the same URL naming the session's, so
+    that the forms it shows (a changelist's action form posts to the page's own URL) carry it;
+    a POST without it is refused (400) rather than run on whichever database the session names
+    by then. A database that cannot be read gives a page saying so, with the switcher to the
+    others (503), not a server error: ``site`` (the admin site) draws it."""
 
     @functools.wraps(view)
     def wrapper(request, *args, **kwargs):
         if not several():
             return view(request, *args, **kwargs)
-        token = _current.set(chosen(request))
+        alias = chosen(request)
+        if PARAM not in request.GET:
+            if request.method in ("GET", "HEAD"):
+                return HttpResponseRedirect(on_this_database(request.get_full_path(), alias))
+            return HttpResponseBadRequest(
+                _(
+                    "This form does not say which jobs database it is for: nothing was done. "
+                    "Reload the page and try again."
+                ),
+                content_type="text/plain; charset=utf-8",
+            )
+        token = _current.set(alias)
         try:
             response = view(request, *args, **kwargs)
             if not getattr(response, "is_rendered", True):
                 response.render()
             return response
+        except (DatabaseError, JobsTableMissing) as error:
+            if site is None:
+                raise
+            return unavailable(request, site, alias, error)
         finally:
             _current.reset(token)
 
     return wrapper
 
 
-def on_chosen_database_urls(patterns: list) -> list:
+def unavailable(request, site, alias: str, error: Exception) -> TemplateResponse:
+    """The page of a jobs database that cannot be read (down, or not migrated): what failed,
+    and the switcher to the others."""
+    context = {
+        **site.each_context(request),
+        "title": _("The jobs database %(alias)s cannot be read") % {"alias": alias},
+        "alias": alias,
+        "error": one_line(str(error), 300),
+        "switcher": switcher(),
+    }
+    response = TemplateResponse(
+        request, "admin/django_pgjobs/database_unavailable.html", context, status=503
+    )
+    return response.render()
+
+
+def on_chosen_database_urls(patterns: list, site=None) -> list:
     """``patterns`` (an admin's URLs) with each view ``on_chosen_database``."""
     return [
-        URLPattern(p.pattern, on_chosen_database(p.callback), p.default_args, p.name)
+        URLPattern(p.pattern, on_chosen_database(p.callback, site), p.default_args, p.name)
         if isinstance(p, URLPattern)
         else p
         for p in patterns
     ]
+
+
+def on_this_database(url: str, alias: str | None = None) -> str:
+    """``url`` naming the database ``alias`` (``current()`` by default) in its query, added to
+    the query it has; ``url`` as it is with one database."""
+    if not several():
+        return url
+    return url + ("&" if "?" in url else "?") + urlencode({PARAM: alias or current()})
 
 
 def url_query(alias: str | None = None, separator: str = "?") -> str:

@@ -16,7 +16,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from .. import overview
-from . import confirm, display, repairs
+from . import confirm, databases, display, repairs
 from .actions import DEAD_LETTER_ACTIONS, Action, bulk_actions
 from .base import (
     CappedChangeList,
@@ -179,7 +179,7 @@ class DeadLetterAdmin(JobRowAdmin):
 
     def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
         if obj is not None and self.has_operate_permission(request):
-            context = {**context, "edit_url": reverse(self.url_name("edit"), args=[obj.pk])}
+            context = {**context, "edit_url": self.page_url("edit", obj.pk)}
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     def summary(self, request):
@@ -205,6 +205,7 @@ class DeadLetterAdmin(JobRowAdmin):
             by_type=ranked(by_type),
             by_name=ranked(by_name),
             changelist_url=reverse(self.url_name("changelist")),
+            db_query=databases.url_query(separator="&"),
             total=self.rows()[: overview.COUNT_CAP + 1].count(),  # exact up to the cap
             count_cap=overview.COUNT_CAP,
         )
@@ -215,12 +216,12 @@ class DeadLetterAdmin(JobRowAdmin):
         done = spec.apply(self.connection(), [object_id], request)
         if not done:
             messages.warning(request, repairs.left_alone(object_id))
-            return HttpResponseRedirect(reverse(self.url_name("changelist")))
+            return HttpResponseRedirect(self.page_url("changelist"))
         messages.success(request, confirm.rows_touched(self, spec.message(1), done, spec.links_to))
         if spec.name == "requeue":
-            job_page = reverse(self.url_name("change", model_name="job"), args=[done[0]])
+            job_page = self.page_url("change", done[0], model_name="job")
             return HttpResponseRedirect(job_page)
-        return HttpResponseRedirect(reverse(self.url_name("changelist")))
+        return HttpResponseRedirect(self.page_url("changelist"))
 
     def bulk(self, request, queryset, spec: Action):
         """``spec`` on the selected dead letters; first its confirmation page when it cannot be

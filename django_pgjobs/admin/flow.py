@@ -16,6 +16,7 @@ from ..models import Job
 from ..states import Status
 from . import display
 from .base import OperatorAdmin
+from .databases import on_this_database
 
 
 def _jobs_of_key(status: str) -> Coalesce:
@@ -79,7 +80,9 @@ class FlowKeyAdmin(OperatorAdmin):
     @admin.display(description="jobs waiting")
     def waiting_jobs(self, obj):
         url = reverse("admin:django_pgjobs_job_changelist")
-        return format_html('<a href="{}?q={}">{}</a>', url, obj.key, obj.waiting)
+        return format_html(
+            '<a href="{}">{}</a>', on_this_database(f"{url}?q={obj.key}"), obj.waiting
+        )
 
     served = display.time_field("last_served_at", "last served")
     due = display.time_field("ready_at", "next looked at")
@@ -104,9 +107,8 @@ def waiting_on_key(job) -> str:
         return ""
     url = reverse("admin:django_pgjobs_flowkey_changelist")
     return format_html(
-        '<div class="pgjobs-small">waits on key <a href="{}?q={}">{}</a></div>',
-        url,
-        job.flow_key,
+        '<div class="pgjobs-small">waits on key <a href="{}">{}</a></div>',
+        on_this_database(f"{url}?q={job.flow_key}"),
         job.flow_key,
     )
 

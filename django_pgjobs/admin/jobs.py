@@ -8,7 +8,6 @@ from django.db.models import Q
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Left
 from django.http import HttpResponseRedirect
-from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext as _
@@ -324,8 +323,8 @@ class JobAdmin(JobRowAdmin):
         job = self.rows().only("status", "attempts", "run_after").filter(pk=object_id).first()
         if job is None:
             messages.warning(request, _("Job #%(id)s no longer exists.") % {"id": object_id})
-            return HttpResponseRedirect(reverse(self.url_name("changelist")))
-        page = reverse(self.url_name("change"), args=[job.pk])
+            return HttpResponseRedirect(self.page_url("changelist"))
+        page = self.page_url("change", job.pk)
         if job.view not in spec.views:
             messages.error(
                 request,
@@ -341,7 +340,7 @@ class JobAdmin(JobRowAdmin):
             return HttpResponseRedirect(page)
         messages.success(request, confirm.rows_touched(self, spec.message(1), done, spec.links_to))
         if spec.name == "cancel":
-            return HttpResponseRedirect(reverse(self.url_name("changelist")))
+            return HttpResponseRedirect(self.page_url("changelist"))
         return HttpResponseRedirect(page)
 
     def bulk(self, request, queryset, spec: Action):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 from django.http import Http404, HttpResponseRedirect
-from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
@@ -46,7 +45,7 @@ class QueueStateAdmin(OperatorAdmin):
             raise Http404("no such queue") from None
         done = _("Paused queue %(name)s.") if paused else _("Resumed queue %(name)s.")
         messages.success(request, done % {"name": name})
-        dashboard = reverse(self.url_name("dashboard", model_name="job"))
+        dashboard = self.page_url("dashboard", model_name="job")
         return HttpResponseRedirect(safe_next(request, dashboard))
 
     def pause_view(self, request, name=None):

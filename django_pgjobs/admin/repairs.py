@@ -10,7 +10,6 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
@@ -56,7 +55,7 @@ def edit_view(model_admin, request, object_id):
     row = None if pk is None else model_admin.rows().filter(pk=pk).values().first()
     if row is None:
         raise Http404("no such dead letter")
-    changelist = reverse(model_admin.url_name("changelist"))
+    changelist = model_admin.page_url("changelist")
     stored = [json.dumps(row["args"]), json.dumps(row["kwargs"])]
     if any(redaction.may_redact(text, row["name"]) for text in stored):
         messages.error(
@@ -67,7 +66,7 @@ def edit_view(model_admin, request, object_id):
             )
             % {"id": pk},
         )
-        return HttpResponseRedirect(reverse(model_admin.url_name("change"), args=[pk]))
+        return HttpResponseRedirect(model_admin.page_url("change", pk))
     args_text = json.dumps(row["args"], indent=2, ensure_ascii=False)
     kwargs_text = json.dumps(row["kwargs"], indent=2, ensure_ascii=False)
     refused = ""
@@ -95,7 +94,7 @@ def edit_view(model_admin, request, object_id):
         kwargs_text=kwargs_text,
         refused=refused,
         signature=repair.signature_of(row["name"]),
-        back_url=reverse(model_admin.url_name("change"), args=[pk]),
+        back_url=model_admin.page_url("change", pk),
         changelist_url=changelist,
     )
     return TemplateResponse(request, "admin/django_pgjobs/deadletter_edit.html", context)
@@ -105,7 +104,7 @@ def _requeued(model_admin, request, pk: int, job_id: int | None, changelist: str
     if job_id is None:
         messages.warning(request, left_alone(pk))
         return HttpResponseRedirect(changelist)
-    job_page = reverse(model_admin.url_name("change", model_name="job"), args=[job_id])
+    job_page = model_admin.page_url("change", job_id, model_name="job")
     messages.success(
         request,
         format_html(
@@ -186,7 +185,7 @@ def replay_over_time(model_admin, request, queryset):
             count=len(ids),
             problem=problem,
             rate_text=request.POST.get("rate", ""),
-            changelist_url=reverse(model_admin.url_name("changelist")),
+            changelist_url=model_admin.page_url("changelist"),
         )
         return TemplateResponse(request, "admin/django_pgjobs/deadletter_replay.html", context)
     scheduled = operations.requeue_dead_letters_spread(

@@ -24,6 +24,7 @@ from ..models import DeadLetter, Job, Schedule, ScheduleFire
 from ..states import view_label
 from . import display
 from .base import CappedChangeList, CappedPaginator
+from .databases import on_this_database
 
 DEFINITION = ("job_name", "cron", "time_zone", "args", "kwargs", "catch_up")
 #: Fires shown on a schedule's page.
@@ -212,12 +213,16 @@ class ScheduleAdmin(admin.ModelAdmin):
             if job_id is None:
                 outcomes[job_id] = _("skipped (a job with its unique key was ready or running)")
             elif job_id in jobs:
-                url = reverse("admin:django_pgjobs_job_change", args=[job_id])
+                url = on_this_database(
+                    reverse("admin:django_pgjobs_job_change", args=[job_id]), alias
+                )
                 outcomes[job_id] = format_html(
                     '<a href="{}">{}</a>', url, _job_is(job_id, view_label(jobs[job_id]))
                 )
             elif job_id in dead:
-                url = reverse("admin:django_pgjobs_deadletter_change", args=[dead[job_id]])
+                url = on_this_database(
+                    reverse("admin:django_pgjobs_deadletter_change", args=[dead[job_id]]), alias
+                )
                 outcomes[job_id] = format_html(
                     '<a href="{}">{}</a>', url, _job_is(job_id, view_label("dead-lettered"))
                 )

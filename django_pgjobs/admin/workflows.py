@@ -17,13 +17,14 @@ from ..models import DeadLetter, Job, Workflow
 from ..states import view_label
 from ..workflows import abort_workflow
 from .base import OperatorAdmin, refuse_mutation, require_view
+from .databases import on_this_database
 
 
 def workflow_link(obj) -> str:
     """A link to the page of ``obj``'s workflow (a job or a dead letter), or "-"."""
     if not obj.workflow_id:
         return "-"
-    url = reverse("admin:django_pgjobs_workflow_change", args=[obj.workflow_id])
+    url = on_this_database(reverse("admin:django_pgjobs_workflow_change", args=[obj.workflow_id]))
     if obj.workflow_step is None:
         text = _("workflow #%(id)s") % {"id": obj.workflow_id}
     else:
@@ -81,6 +82,7 @@ class WorkflowAdmin(OperatorAdmin):
             "steps": _steps(workflow, jobs, dead),
             "shown": STEPS_SHOWN,
             "can_abort": self.has_operate_permission(request) and _abortable(workflow, jobs),
+            "abort_url": self.page_url("abort", workflow.pk),
         }
         return TemplateResponse(request, "admin/django_pgjobs/workflow.html", context)
 
@@ -106,7 +108,7 @@ class WorkflowAdmin(OperatorAdmin):
         else:
             text = _("Workflow #%(id)s had already finished.") % {"id": object_id}
         messages.success(request, text)
-        return HttpResponseRedirect(reverse(self.url_name("change"), args=[object_id]))
+        return HttpResponseRedirect(self.page_url("change", object_id))
 
     @admin.action(description=gettext_lazy("Abort selected workflows"), permissions=["operate"])
     def abort_selected(self, request, queryset):
@@ -151,7 +153,7 @@ def _steps(workflow: Workflow, jobs: list[Job], dead: list[DeadLetter]) -> list[
         ran = job.finished_at and job.started_at and (job.finished_at - job.started_at)
         rows.setdefault(job.workflow_step, []).append(
             {
-                "url": reverse("admin:django_pgjobs_job_change", args=[job.pk]),
+                "url": on_this_database(reverse("admin:django_pgjobs_job_change", args=[job.pk])),
                 "id": job.pk,
                 "name": job.name,
                 "state": view_label(job.status),
@@ -164,7 +166,9 @@ def _steps(workflow: Workflow, jobs: list[Job], dead: list[DeadLetter]) -> list[
     for letter in dead:
         rows.setdefault(letter.workflow_step, []).append(
             {
-                "url": reverse("admin:django_pgjobs_deadletter_change", args=[letter.pk]),
+                "url": on_this_database(
+                    reverse("admin:django_pgjobs_deadletter_change", args=[letter.pk])
+                ),
                 "id": letter.job_id,
                 "name": letter.name,
                 "state": view_label("dead-lettered"),
