@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from . import cron, db, registry
 from .conf import get_config
+from .flow import flow_params
 from .sql import query
 from .validation import check_unique_key
 
@@ -105,6 +106,9 @@ def fire(
             "max_attempts": definition.get_max_attempts(),
             "keep_result": definition.keep_result,
             "unique_key": unique_key_of(definition, schedule["args"], schedule["kwargs"]),
+            "task_backend": definition.task_backend,
+            "version": getattr(definition, "version", 1),
+            **(flow_params(definition, None, definition.get_queue()) or WITHOUT_FLOW),
             "notify": get_config().LISTEN_NOTIFY,
         },
     )
@@ -122,6 +126,7 @@ def unfit(definition: Any, args: Any, kwargs: Any) -> str | None:
     try:
         definition.check_arguments(args, kwargs)
         unique_key_of(definition, args, kwargs)
+        flow_params(definition, None, definition.get_queue())  # limits that cannot combine
     except (TypeError, ValueError) as error:
         return str(error)
     return None
@@ -142,6 +147,8 @@ def elsewhere(definition: Any) -> str | None:
 
 
 SKIPPED = 0  # fire(): the job was not enqueued, one holding its unique key is in flight
+#: fire_schedule's flow parameters for a job without flow control (no key, no limits).
+WITHOUT_FLOW = {"flow_key": None, "concurrency_limit": None, "rate": None, "burst": None}
 
 
 def unique_key_of(definition: Any, args: list, kwargs: dict) -> str | None:

@@ -10,11 +10,12 @@ import threading
 from zoneinfo import ZoneInfo
 
 import pytest
-from django.db import connections
+from django.db import connection, connections
 from helpers import registered_for_the_test, wait_until
 
-from django_pgjobs import job, registry, schedules
-from django_pgjobs.models import Job, Schedule, ScheduleFire
+from django_pgjobs import job, operations, registry, schedules
+from django_pgjobs.models import FlowKey, Job, Schedule, ScheduleFire
+from django_pgjobs.testing import run_jobs
 from django_pgjobs.worker.faults import DispatcherDatabase
 from django_pgjobs.worker.scheduler import Scheduler, SchedulerConfig, SchedulerCounts
 from django_pgjobs.worker.stopping import StopState
@@ -475,3 +476,56 @@ def test_more_due_schedules_than_one_look_takes_are_taken_by_the_next_look_at_on
     unit = scheduler(Clock(start + dt.timedelta(minutes=1)), limit=3)
     assert unit.run_once().fired == 3 and unit.wait_seconds() == 0
     assert unit.run_once().fired == 2 and unit.wait_seconds() > 0
+
+
+CALLED: list = []
+
+
+def _versioned(x: str, y: str) -> None:
+    CALLED.append((x, y))
+
+
+def test_a_recurring_job_of_version_2_is_fired_as_version_2_and_called_with_its_arguments():
+    """The fire writes the job's version as enqueue() does: a row left at the column's default
+    (1) was 'upgraded' from 1 at its run, its arguments rewritten by an upgrade meant for rows
+    written by an older release."""
+    declared = job(
+        name="tests.versioned_cron",
+        version=2,
+        upgrade={1: lambda args, kwargs: ([args[0], "upgraded-from-v1"], kwargs)},
+    )(_versioned)
+    registry._REGISTRY.pop(declared.name, None)
+    start = dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC)
+    CALLED.clear()
+    with registered_for_the_test(declared):
+        schedule("* * * * *", start, job_name=declared.name, args=["a", "b"])
+        clock = Clock(start + dt.timedelta(minutes=1))
+        assert scheduler(clock).run_once().fired == 1
+        assert Job.objects.get(name=declared.name).version == 2
+        assert run_jobs().succeeded == 1
+    assert CALLED == [("a", "b")]
+
+
+def _limited() -> None:
+    pass
+
+
+def test_a_recurring_job_with_a_concurrency_limit_waits_on_its_key_as_an_enqueued_one():
+    """Fired jobs carry the job's flow key and write its row: the plain claim leaves them to
+    the flow claim, which holds the limit. (Fired without, they ran beside each other.)"""
+    declared = job(name="tests.limited_cron", concurrency_limit=1)(_limited)
+    registry._REGISTRY.pop(declared.name, None)
+    start = dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC)
+    with registered_for_the_test(declared):
+        schedule("* * * * *", start, job_name=declared.name, args=[], catch_up=2)
+        clock = Clock(start + dt.timedelta(minutes=2))
+        unit = scheduler(clock)
+        assert unit.run_once().fired == 2
+        fired = Job.objects.filter(name=declared.name)
+        assert {job.flow_key for job in fired} == {f"job:{declared.name}"}
+        key = FlowKey.objects.get(key=f"job:{declared.name}")
+        assert key.concurrency_limit == 1 and key.ready_at is not None
+        claims = operations.ClaimBuilder(worker="w", queues=None, lease_seconds=60)
+        assert operations.complete(connection, claim=claims.take(10)).claimed == []
+        flow = operations.claim_jobs_flow(connection, claims.take(10), lanes=8)
+        assert len(flow.claimed) == 1  # one at a time: its limit

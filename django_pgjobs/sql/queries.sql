@@ -27,10 +27,7 @@ FROM inserted;
 
 -- name: enqueue_job_flow
 -- enqueue_job for a job with a flow key (flow.py): the same insert, plus the key's row
--- (pgjobs_flow_key) created with its limits and a full bucket, or told that a job of it is due
--- at run_after (`ready_at`, only ever made earlier) and given the limits of this enqueue when
--- they changed. The update touches (and locks, until the caller commits) the key's row only
--- then: enqueues to a key already due leave it alone, so they never hold up its claims.
+-- (pgjobs_flow_key: flow_key_told).
 WITH inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
                             max_attempts, unique_key, timeout, created_at, worker, errors,
@@ -43,12 +40,31 @@ WITH inserted AS (
     DO NOTHING
     RETURNING id, queue, run_after, created_at, unique_key
 ),
+{{flow_key_told}}
+SELECT inserted.id, inserted.run_after, inserted.created_at, inserted.unique_key,
+       CASE WHEN %(notify)s AND inserted.run_after <= now()
+            THEN pg_notify('pgjobs', 'flow:' || inserted.queue) END IS NULL AS _notified
+FROM inserted;
+
+-- Enqueueing with unique rules (django_pgjobs/uniqueness.py; docs/howto/unique.md). Each is one
+-- statement deciding against a unique index or the throttle window's primary key, never a read
+-- then a write. Each returns the written row whole with `created` (true: inserted, false: a
+-- debounced update of the waiting job holding the key); no row: skipped.
+
+-- part: flow_key_told
+-- CTEs after `inserted` (the job just written, with its run_after) of a job with a flow key
+-- (`flow_key`; none: they write nothing): the key's row created with its limits and a full
+-- bucket, or told that a job of it is due at run_after (`ready_at`, only ever made earlier) and
+-- given the limits of this enqueue when they changed. The update touches (and locks, until the
+-- caller commits) the key's row only then: enqueues to a key already due leave it alone, so
+-- they never hold up its claims.
 added AS (
     INSERT INTO pgjobs_flow_key (key, concurrency_limit, rate, burst, tokens, refilled_at,
                                  ready_at)
     SELECT %(flow_key)s, %(concurrency_limit)s::int, %(rate)s::float8, %(burst)s::float8,
            COALESCE(%(burst)s::float8, 0), now(), inserted.run_after
     FROM inserted
+    WHERE %(flow_key)s::text IS NOT NULL
     ON CONFLICT (key) DO NOTHING
 ),
 told AS (
@@ -65,15 +81,6 @@ told AS (
            OR k.rate IS DISTINCT FROM %(rate)s::float8
            OR k.burst IS DISTINCT FROM %(burst)s::float8)
 )
-SELECT inserted.id, inserted.run_after, inserted.created_at, inserted.unique_key,
-       CASE WHEN %(notify)s AND inserted.run_after <= now()
-            THEN pg_notify('pgjobs', 'flow:' || inserted.queue) END IS NULL AS _notified
-FROM inserted;
-
--- Enqueueing with unique rules (django_pgjobs/uniqueness.py; docs/howto/unique.md). Each is one
--- statement deciding against a unique index or the throttle window's primary key, never a read
--- then a write. Each returns the written row whole with `created` (true: inserted, false: a
--- debounced update of the waiting job holding the key); no row: skipped.
 
 -- part: insert_keyed_job
 -- The INSERT of one job with a unique key, as a SELECT (a statement may add a WHERE):
@@ -1721,7 +1728,10 @@ LIMIT %(limit)s;
 -- definition's next fire time over the new one's. A job with a unique key (`unique_key`, its
 -- @job(unique_key=...) of the schedule's arguments) is not enqueued while a job holding that key
 -- is ready or running: the fire row is kept with no job (`job_id` NULL: skipped) and the next
--- fire time still moves on. Returns the job's id (NULL: skipped); no row: not fired.
+-- fire time still moves on. The job is written as enqueue() writes it: its version (the
+-- worker upgrades older arguments by it), its flow key and the key's row (flow_key_told: a
+-- recurring job's limits hold as an enqueued one's). Returns the job's id (NULL: skipped); no
+-- row: not fired.
 WITH schedule AS (
     SELECT id FROM pgjobs_schedule
     WHERE id = %(schedule_id)s
@@ -1741,31 +1751,36 @@ fire AS (
     ON CONFLICT (schedule_id, fire_time) DO NOTHING
     RETURNING schedule_id, job_id
 ),
-job AS (
+inserted AS (
     INSERT INTO pgjobs_job (id, name, queue, priority, args, kwargs, status, run_after, attempts,
-                            max_attempts, created_at, worker, errors, keep_result, unique_key)
+                            max_attempts, created_at, worker, errors, keep_result, unique_key,
+                            task_backend, version, flow_key)
     SELECT fire.job_id, %(name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb,
            'ready', now(), 0, %(max_attempts)s, now(), '', '[]'::jsonb, %(keep_result)s::boolean,
-           %(unique_key)s
+           %(unique_key)s, %(task_backend)s, %(version)s::int, %(flow_key)s
     FROM fire
     WHERE fire.job_id IS NOT NULL
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'running')
     DO NOTHING
-    RETURNING id, queue
+    RETURNING id, queue, run_after
 ),
+{{flow_key_told}},
 marked AS (
     UPDATE pgjobs_schedule AS s
-    SET last_fire_at = %(fire_time)s, last_job_id = COALESCE((SELECT id FROM job), s.last_job_id),
+    SET last_fire_at = %(fire_time)s,
+        last_job_id = COALESCE((SELECT id FROM inserted), s.last_job_id),
         next_fire_at = CASE WHEN %(manual)s THEN s.next_fire_at
                             ELSE GREATEST(s.next_fire_at, %(next_fire)s::timestamptz) END
     FROM fire
     WHERE s.id = %(schedule_id)s
     RETURNING s.id
 )
-SELECT job.id AS job_id,
-       CASE WHEN %(notify)s AND job.id IS NOT NULL THEN pg_notify('pgjobs', job.queue) END
+SELECT inserted.id AS job_id,
+       CASE WHEN %(notify)s AND inserted.id IS NOT NULL
+            THEN pg_notify('pgjobs', CASE WHEN %(flow_key)s::text IS NULL THEN inserted.queue
+                                          ELSE 'flow:' || inserted.queue END) END
            IS NULL AS _notified
-FROM fire LEFT JOIN job ON true, (SELECT count(*) FROM marked) AS m;
+FROM fire LEFT JOIN inserted ON true, (SELECT count(*) FROM marked) AS m;
 
 -- name: advance_schedule
 -- Move a schedule's next fire time without firing (its first one; missed times skipped), if
