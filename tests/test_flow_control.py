@@ -278,3 +278,38 @@ def test_a_key_with_a_job_out_stays_due_so_its_retry_or_rescue_is_seen_at_once()
     assert FlowKey.objects.get(key="fair:tenant:1").ready_at is not None
     operations.release_jobs(connection, [taken])  # back, unstarted
     assert run_jobs().succeeded == 1
+
+
+def test_keys_of_a_paused_queue_first_in_line_leave_their_lanes_to_keys_that_can_give():
+    """100 keys never served (first in line) whose jobs wait in a paused queue, and a key of a
+    served queue behind them. A claim takes `lanes` keys (here 8): those that can give a job,
+    not the first 8 due, which kept the others' jobs waiting for as long as the pause lasted."""
+    for tenant in range(100):
+        flow.import_row.using(queue="paused", fairness_key=f"p{tenant:03d}").enqueue("p", 1)
+    operations.set_queue_paused(connection, "paused", True)
+    flow.import_row.using(fairness_key="victim").enqueue("victim", 1)
+    claims = operations.ClaimBuilder(worker="w", queues=None, lease_seconds=60)
+
+    claimed = operations.claim_jobs_flow(connection, claims.take(10), lanes=8).claimed
+
+    assert [job.args for job in claimed] == [["victim", 1]]
+    operations.set_queue_paused(connection, "paused", False)
+    assert run_jobs().succeeded == 100
+
+
+def test_keys_whose_jobs_all_run_leave_their_lanes_to_a_key_with_a_job_ready():
+    """Twelve tenants each running a job with nothing more ready stay due (a job out may come
+    back by retry or rescue), ahead of a tenant served since; they take no lane of a claim
+    looking at 8 keys, which finds the tenant's new job at once, not when theirs end."""
+    claims = operations.ClaimBuilder(worker="w", queues=None, lease_seconds=60)
+    for tenant in range(12):
+        flow.import_row.using(fairness_key=f"busy{tenant:02d}").enqueue("busy", tenant)
+    running = operations.claim_jobs_flow(connection, claims.take(20), lanes=20).claimed
+    assert len(running) == 12  # claimed, still running
+    flow.import_row.using(fairness_key="late").enqueue("late", 1)
+    assert run_jobs().succeeded == 1  # "late" served: last in line now
+    flow.import_row.using(fairness_key="late").enqueue("late", 2)
+
+    claimed = operations.claim_jobs_flow(connection, claims.take(10), lanes=8).claimed
+
+    assert [job.args for job in claimed] == [["late", 2]]

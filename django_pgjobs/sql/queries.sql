@@ -454,6 +454,11 @@ RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs,
 -- claimer skips a key another is deciding on), and skipped too when the last claim that took a
 -- job of the key is not visible to this statement's snapshot (`claimed_xid`): its running jobs
 -- would be missing from the count below (READ COMMITTED re-reads the locked row, not the rest).
+-- Only keys that can give this worker a job now (one due in its queues, not paused, and a
+-- free slot), or that have nothing due or out any more (so `served` moves their `ready_at`
+-- on): a key whose jobs all run, or wait in a paused queue or one this worker does not serve,
+-- stays due but takes no lane. Taking the first `lanes` due keys whatever they held, 100 keys
+-- of a paused queue kept every other key's jobs waiting for good (tests/test_flow_control.py).
 -- `room`: each key's free slots (its limit less its running jobs, counted: a job that ended in
 -- any way frees its slot) and its tokens (the bucket refilled to now, capped at `burst`).
 -- `candidates`: each key's first ready due jobs in FIFO order (run_after, id), as many as its
@@ -469,19 +474,51 @@ RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs,
 -- Returns the claimed rows, then one row with `flow_wait`: seconds to the earliest key due
 -- later, among those it served and the others (NULL: none), and NULL claim columns.
 WITH lanes AS (
-    SELECT k.key, k.concurrency_limit, k.rate, k.burst, k.last_served_at,
-           CASE WHEN k.rate IS NOT NULL
-                THEN LEAST(k.burst, k.tokens + k.rate * GREATEST(
-                         extract(epoch FROM statement_timestamp() - k.refilled_at)::float8, 0))
-           END AS available
-    FROM pgjobs_flow_key AS k
-    WHERE k.ready_at IS NOT NULL AND k.ready_at <= statement_timestamp()
-      AND (k.claimed_xid IS NULL
-           OR k.claimed_xid = pg_current_xact_id_if_assigned()::text::bigint
-           OR pg_visible_in_snapshot(k.claimed_xid::text::xid8, pg_current_snapshot()))
-    ORDER BY k.last_served_at ASC NULLS FIRST, k.key
+    SELECT walk.key, walk.concurrency_limit, walk.rate, walk.burst, walk.last_served_at,
+           walk.available
+    FROM (
+        -- the walk: due keys in lane order, each locked and looked at in turn until `lanes`
+        -- are found (OFFSET 0: the tests below stay above it, run only for the keys reached)
+        SELECT k.key, k.concurrency_limit, k.rate, k.burst, k.last_served_at,
+               CASE WHEN k.rate IS NOT NULL
+                    THEN LEAST(k.burst, k.tokens + k.rate * GREATEST(
+                             extract(epoch FROM statement_timestamp() - k.refilled_at)::float8,
+                             0))
+               END AS available
+        FROM pgjobs_flow_key AS k
+        WHERE k.ready_at IS NOT NULL AND k.ready_at <= statement_timestamp()
+          AND (k.claimed_xid IS NULL
+               OR k.claimed_xid = pg_current_xact_id_if_assigned()::text::bigint
+               OR pg_visible_in_snapshot(k.claimed_xid::text::xid8, pg_current_snapshot()))
+        ORDER BY k.last_served_at ASC NULLS FIRST, k.key
+        OFFSET 0
+        FOR UPDATE SKIP LOCKED
+    ) AS walk
+    WHERE CASE
+        -- a job of the key this worker may take (its queues, not paused), and a free slot
+        -- (each test looks up this key alone: OFFSET 0 keeps it from being hashed over every
+        -- job of the table instead)
+        WHEN EXISTS (
+            SELECT 1 FROM pgjobs_job AS j
+            WHERE j.flow_key = walk.key AND j.status = 'ready'
+              AND j.run_after <= statement_timestamp()
+              AND (%(all_queues)s OR j.queue = ANY(%(queues)s::text[]))
+              AND (%(any_name)s OR j.name <> ALL(%(skip_names)s::text[]))
+              AND (%(any_id)s OR j.id = ANY(%(only_ids)s::bigint[]))
+              AND j.queue NOT IN (SELECT name FROM pgjobs_queue WHERE paused)
+            OFFSET 0)
+        THEN walk.concurrency_limit IS NULL OR walk.concurrency_limit > (
+            SELECT count(*) FROM pgjobs_job AS r
+            WHERE r.flow_key = walk.key AND r.status = 'running')
+        -- none: only to be told when it is due next (`served`), once no job of it is due
+        -- anywhere or out
+        ELSE NOT EXISTS (SELECT 1 FROM pgjobs_job AS o
+                         WHERE o.flow_key = walk.key AND o.status = 'running' OFFSET 0)
+             AND NOT EXISTS (SELECT 1 FROM pgjobs_job AS o
+                             WHERE o.flow_key = walk.key AND o.status = 'ready'
+                               AND o.run_after <= statement_timestamp() OFFSET 0)
+        END
     LIMIT %(lanes)s::int
-    FOR UPDATE SKIP LOCKED
 ),
 room AS (
     -- counted for every key, limited or not: a key with jobs out stays due (`served`)
