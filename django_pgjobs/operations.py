@@ -325,10 +325,9 @@ def requeue_dead_letters_spread(
     requested_by: str | None = None,
     previous_due: datetime | None = None,
 ) -> list[tuple[int, datetime]]:
-    """Move dead letters back as fresh jobs in one statement, due ``spacing_seconds`` apart
-    (oldest dead letter first, the first now, or ``spacing_seconds`` after ``previous_due``: the
-    last due time of a replay's previous batch); returns the new jobs' ``(id, due time)``.
-    ``requested_by`` (an operator) is recorded in each new job's audit trail (``repairs``).
+    """Requeue dead letters as fresh jobs in one statement (their workflows locked first), due
+    ``spacing_seconds`` apart (oldest first; the first now, or after ``previous_due``); returns
+    their ``(id, due time)``; ``requested_by`` goes to each new job's trail (``repairs``).
 
     A dead letter whose unique key is held by a ready or running job (scope ``waiting``: by a
     waiting job) stays, and of several selected dead letters sharing a key only the newest is
@@ -348,6 +347,7 @@ def requeue_dead_letters_spread(
     for last_try in (False, True):
         try:
             with transaction.atomic(using=connection.alias):
+                db.execute(connection, "lock_dead_letter_workflows", {"ids": params["ids"]})
                 rows = db.execute(connection, "requeue_dead_letters", params)
                 return [(row["id"], row["run_after"]) for row in rows]
         except IntegrityError as error:

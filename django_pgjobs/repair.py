@@ -14,6 +14,7 @@ import inspect
 import json
 from typing import Any, NamedTuple
 
+from django.db import transaction
 from django.utils.translation import gettext as _
 
 from . import db, registry
@@ -142,5 +143,7 @@ def requeue_edited(
         "by": by,
         "version": checked.version,
     }
-    rows = db.execute(connection, "requeue_edited_dead_letter", params)
+    with transaction.atomic(using=connection.alias):  # its workflow first: see queries.sql
+        db.execute(connection, "lock_dead_letter_workflows", {"ids": [dead_letter_id]})
+        rows = db.execute(connection, "requeue_edited_dead_letter", params)
     return rows[0]["id"] if rows else None

@@ -205,6 +205,7 @@ def abort_workflow(
     connection = db.jobs_connection(using)
     requested_by = requested_by[:200]
     with transaction.atomic(using=connection.alias):
+        db.execute(connection, "lock_workflow", {"id": workflow_id})  # see queries.sql
         (row,) = db.execute(
             connection, "abort_workflow", {"id": workflow_id, "requested_by": requested_by}
         )

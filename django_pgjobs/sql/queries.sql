@@ -885,13 +885,22 @@ ended AS (
 -- among them ends in that state, its reason naming the first of its steps ended, and its later
 -- steps (still 'blocked') are cancelled. The other jobs of the ended step (a group's members)
 -- run on and are counted, releasing nothing: the step after a group (its callback) never runs.
+-- Every workflow among them is written, whatever its state in this statement's snapshot (a
+-- workflow not running keeps its state): a requeue resuming one (a failed workflow made
+-- running) holds its row until it commits, and this update waits for it and then ends it on
+-- the row it committed. Filtered on the snapshot's state, a step dead-lettered while a resume
+-- was committing left the workflow running with that step in the dead letters.
 ended_workflows AS (
     UPDATE pgjobs_workflow AS w
-    SET state = e.outcome, finished_at = now(),
-        reason = 'step ' || e.workflow_step || ' (' || e.name || ' #' || e.id || ') ' || e.reason
+    SET state = CASE WHEN w.state = 'running' THEN e.outcome ELSE w.state END,
+        finished_at = CASE WHEN w.state = 'running' THEN now() ELSE w.finished_at END,
+        reason = CASE WHEN w.state = 'running'
+                      THEN 'step ' || e.workflow_step || ' (' || e.name || ' #' || e.id || ') '
+                           || e.reason
+                      ELSE w.reason END
     FROM (SELECT DISTINCT ON (workflow_id) workflow_id, workflow_step, name, id, outcome, reason
           FROM ended ORDER BY workflow_id, id) AS e
-    WHERE w.id = e.workflow_id AND w.state = 'running'
+    WHERE w.id = e.workflow_id
     RETURNING w.id
 ),
 cancelled_steps AS (
@@ -1292,6 +1301,23 @@ uncancelled AS (
     WHERE j.workflow_id = r.id AND j.status = 'cancelled'
     RETURNING pg_notify('pgjobs', j.queue)
 )
+
+-- name: lock_dead_letter_workflows
+-- The workflows of dead letters about to be requeued, locked in id order (as the statements
+-- that complete steps lock them), in the requeue's transaction before its statement: that
+-- statement's snapshot then shows what another requeue or failure of the same workflow
+-- committed. Two requeues of a group's last two dead letters at once each saw the other's
+-- dead letter in its own snapshot, and neither resumed the workflow: stuck for good.
+SELECT w.id FROM pgjobs_workflow AS w
+WHERE w.id IN (SELECT d.workflow_id FROM pgjobs_deadletter AS d
+               WHERE d.id = ANY(%(ids)s::bigint[]) AND d.workflow_id IS NOT NULL)
+ORDER BY w.id
+FOR UPDATE;
+
+-- name: lock_workflow
+-- One workflow's row, locked in its abort's transaction before the abort's statement (see
+-- lock_dead_letter_workflows): the abort then sees the jobs a resume committed meanwhile.
+SELECT id FROM pgjobs_workflow WHERE id = %(id)s FOR UPDATE;
 
 -- name: requeue_edited_dead_letter
 -- Requeue one dead letter with new arguments (checked by the caller), in one statement: the dead
