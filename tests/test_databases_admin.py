@@ -256,3 +256,16 @@ def test_metrics_without_one_readable_database_answer_503(admin_client, settings
     settings.PGJOBS = {**settings.PGJOBS, "DATABASE": "down", "QUEUE_DATABASES": {}}
     response = admin_client.get("/pgjobs/metrics")
     assert response.status_code == 503
+
+
+def test_the_command_acts_on_the_database_of_the_queue_it_names():
+    """``pgjobs list --queue heavy`` (and requeue, delete, purge with --queue) without
+    --database: the queue's database, as pause and resume; it printed nothing, or "Requeued 0
+    jobs.", from PGJOBS["DATABASE"]."""
+    build_report.using(delay=3600).enqueue("later")
+    listed = StringIO()
+    call_command("pgjobs", "list", "--queue", "heavy", "--json", stdout=listed)
+    assert [row["queue"] for row in json.loads(listed.getvalue())] == ["heavy"]
+    purged = StringIO()
+    call_command("pgjobs", "purge", "--queue", "heavy", stdout=purged)
+    assert not Job.objects.using("jobs2").exists(), purged.getvalue()

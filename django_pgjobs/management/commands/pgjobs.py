@@ -175,13 +175,13 @@ class Command(BaseCommand):
                 "--database",
                 metavar="ALIAS",
                 help="The jobs database to act on, with queues on several "
-                "(PGJOBS['QUEUE_DATABASES']). Default: PGJOBS['DATABASE'] (pause and resume: "
-                "the queue's; status: every one).",
+                "(PGJOBS['QUEUE_DATABASES']). Default: the database of the queue named (pause, "
+                "resume, --queue), else PGJOBS['DATABASE'] (status: every one).",
             )
 
     def handle(self, *args, **options):
         alias = options["database"]
-        if alias is None and options["action"] in ("pause", "resume"):
+        if alias is None and options.get("queue"):  # pause, resume, a --queue filter
             alias = queue_database(options["queue"])
         try:
             with console.on_database(alias):
