@@ -183,7 +183,8 @@ def previous_results(*, using: str | None = None) -> Any:
     """Inside a step: the results of the step before it (its jobs must keep them:
     ``my_job.using(keep_result=True).s(...)``): the return value of a single job, or the list of
     a group's return values in the group's order. Raises ``LookupError`` outside a workflow step
-    after the first."""
+    after the first, and when a job of the step before kept no result (it did not keep it, or
+    the result was pruned): never a shorter list, out of the group's order."""
     job = current_job()
     if job is None:
         raise LookupError("previous_results() is called inside a job")
@@ -191,8 +192,16 @@ def previous_results(*, using: str | None = None) -> Any:
     rows = db.execute(connection, "workflow_previous_results", {"id": job.id})
     if not rows or rows[0]["step"] is None:
         raise LookupError(f"job #{job.id} is not a step after the first of a workflow")
+    step, size, kept = rows[0]["step"], rows[0]["size"], rows[0]["kept"]
+    if kept < size:
+        raise LookupError(
+            f"previous_results(): {size - kept} of the {size} jobs of step {step} of workflow "
+            f"#{job.workflow_id} kept no result; give them keep_result=True "
+            "(my_job.using(keep_result=True).s(...)), and keep results longer than the "
+            "workflow runs (KEEP_RESULTS_SECONDS)"
+        )
     results = rows[0]["result"] or []
-    return results if rows[0]["size"] > 1 else (results[0] if results else None)
+    return results if size > 1 else (results[0] if results else None)
 
 
 def abort_workflow(

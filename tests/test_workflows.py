@@ -158,3 +158,17 @@ def test_an_edited_middle_step_requeued_from_its_dead_letter_completes_the_chain
     QueueState.objects.filter(name=dead.queue).update(paused=False)
     wait_until(lambda: state_of(workflow) == "succeeded", timeout=60)
     assert labels_in_order() == ["charge-7", "ship-8", "email-7"]
+
+
+def test_previous_results_of_a_step_whose_jobs_kept_none_say_so_not_a_shorter_list():
+    """A member that did not keep its result: the callback's previous_results() raises, naming
+    what to do, instead of returning the others' results out of the group's order."""
+    from django_pgjobs.testing import run_jobs
+
+    images = [wf.resize.s(1), wf.resize.using(keep_result=False).s(2), wf.resize.s(3)]
+    workflow = chain(group(images), wf.build_zip.using(max_attempts=1).s("album")).enqueue()
+    run_jobs(with_scheduled=True)
+    (dead,) = DeadLetter.objects.filter(workflow_id=workflow.pk)
+    assert dead.name == wf.build_zip.name and dead.error_type == "LookupError"
+    assert "1 of the 3 jobs of step 0" in dead.reason and "keep_result=True" in dead.reason
+    assert not Execution.objects.filter(label__startswith="zip-").exists()

@@ -300,17 +300,20 @@ FROM (SELECT count(*) FROM woken) AS notified;
 
 -- name: workflow_previous_results
 -- The kept results of the step before job `id`'s, in member order (`result`, a JSON array),
--- and that step's size (NULL
--- step: the job is not a later step of a workflow).
-SELECT prev.step, prev.size,
-       (SELECT jsonb_agg(p.result ORDER BY p.workflow_member) FROM pgjobs_job AS p
-        WHERE p.workflow_id = j.workflow_id AND p.workflow_step = prev.step) AS result
+-- how many of its jobs kept one (`kept`: the rows left of that step) and that step's size
+-- (NULL step: the job is not a later step of a workflow).
+SELECT prev.step, prev.size, kept.result, kept.kept
 FROM pgjobs_job AS j
 JOIN pgjobs_workflow AS w ON w.id = j.workflow_id
 CROSS JOIN LATERAL (
     SELECT NULLIF(j.workflow_step, 0) - 1 AS step,
            (w.sizes ->> (j.workflow_step - 1))::int AS size
 ) AS prev
+CROSS JOIN LATERAL (
+    SELECT jsonb_agg(p.result ORDER BY p.workflow_member) AS result, count(*)::int AS kept
+    FROM pgjobs_job AS p
+    WHERE p.workflow_id = j.workflow_id AND p.workflow_step = prev.step
+) AS kept
 WHERE j.id = %(id)s;
 
 -- name: notify_queue
