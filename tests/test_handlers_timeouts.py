@@ -10,7 +10,8 @@ import pytest
 from helpers import wait_until
 
 from django_pgjobs.models import DeadLetter, Job
-from testproject.handlers.timeouts import call_slow_api, poll_slow_api, quick_report
+from testproject.demo.models import Execution
+from testproject.handlers.timeouts import call_slow_api, poll_slow_api, quick_report, write_slowly
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -87,3 +88,20 @@ def test_stuck_threads_reaching_the_limit_stop_the_worker_with_status_3(start_wo
     assert worker.wait(timeout=40) == 3, worker.output()
     assert "stuck in timed-out jobs" in worker.output()
     assert DeadLetter.objects.count() == 2
+
+
+def test_an_async_jobs_retry_never_writes_beside_its_timed_out_attempt(start_worker):
+    """The timed-out attempt's call in a thread (sync_to_async) runs on after its task is
+    cancelled, writing and committing until it returns; the retry is not due until the task is
+    given up on (its sessions ended). With a retry due 0.1 s after the timeout, the two
+    attempts wrote side by side."""
+    job = write_slowly.enqueue(6)  # 1.8 s of writes against a 1 s timeout
+    worker = start_worker("--queue", "timeouts", "--concurrency", "2", "--poll-interval", "0.1")
+    _dead_letter_within(30)
+    wait_until(lambda: Execution.objects.filter(attempt=2).count() == 6, timeout=10)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(timeout=30) == 0, worker.output()
+    rows = Execution.objects.filter(job_id=job.pk)
+    first = max(rows.filter(attempt=1).values_list("at", flat=True))
+    second = min(rows.filter(attempt=2).values_list("at", flat=True))
+    assert first < second, (first, second)

@@ -313,3 +313,20 @@ def test_a_burst_worker_runs_what_its_jobs_enqueue_before_it_leaves():
     stats = run_jobs(concurrency=4, listen=False)  # a claim short of its limit
     assert stats.succeeded == 2
     assert Counter.objects.get(name="report-burst").value == 2  # the second step ran
+
+
+def test_an_atomic_job_whose_on_commit_callback_fails_has_succeeded(caplog):
+    """The callback runs after the job's writes and its completion committed: the job is
+    counted and logged as succeeded, the callback's error logged as the callback's. (It was
+    taken for the job's failure, whose recording found the job complete: 'lease was lost',
+    counted lost.)"""
+    demo.record_then_a_callback_fails.enqueue("kept")
+    with caplog.at_level(logging.INFO, logger="django_pgjobs.worker"):
+        worker = run_worker()
+    assert worker.stats.succeeded == 1 and worker.stats.lost == 0
+    assert list(Execution.objects.values_list("label", flat=True)) == ["kept"]
+    assert not Job.objects.exists() and not DeadLetter.objects.exists()
+    assert "then one of its on_commit callbacks failed: the on_commit callback failed" in (
+        caplog.text
+    )
+    assert "lease was lost" not in caplog.text

@@ -23,7 +23,7 @@ from ..operations import ClaimedJob
 from ..payload import dump_result
 from .async_executor import AsyncExecutor
 from .connections import ExecutorConnections, check_transaction_kept
-from .outcomes import Failed, HandBack, Inbox, LeaseLost, Succeeded, Superseded, send
+from .outcomes import Failed, HandBack, Inbox, LeaseLost, Succeeded, Superseded, one_line, send
 from .starts import PendingStarts
 
 logger = logging.getLogger("django_pgjobs.worker")
@@ -210,16 +210,34 @@ class ExecutorPool:
             job.raise_if_aborted()  # aborted before it started: it never starts
             if definition.is_atomic():
                 connection = connections[self.alias]  # made fit by before_job
-                with transaction.atomic(using=self.alias):
-                    value = definition.run(job.args, job.kwargs)
-                    check_transaction_kept(connection)
-                    if job.keep_result:  # not JSON: raises, the job's writes roll back
-                        result = dump_result(value, self.max_result_bytes)
-                        done = operations.complete(connection, [job], results=[result]).ids
-                    else:
-                        done = operations.complete(connection, [job]).ids
-                    if job.id not in done:
-                        raise LeaseLost()
+                committed: list[bool] = []
+                try:
+                    with transaction.atomic(using=self.alias):
+                        # first of the on_commit callbacks: it runs once the completion has
+                        # committed, before the job's own
+                        transaction.on_commit(lambda: committed.append(True), using=self.alias)
+                        value = definition.run(job.args, job.kwargs)
+                        check_transaction_kept(connection)
+                        if job.keep_result:  # not JSON: raises, the job's writes roll back
+                            result = dump_result(value, self.max_result_bytes)
+                            done = operations.complete(connection, [job], results=[result]).ids
+                        else:
+                            done = operations.complete(connection, [job]).ids
+                        if job.id not in done:
+                            raise LeaseLost()
+                except Exception as error:
+                    if not committed:
+                        raise
+                    # a callback of the job's (transaction.on_commit) failed after it committed
+                    # its writes and its completion: it succeeded, and the callback's error is
+                    # the callback's, as in a view
+                    logger.error(
+                        "job %s #%s succeeded, then one of its on_commit callbacks failed: %s",
+                        job.name,
+                        job.id,
+                        one_line(error),
+                        exc_info=error,
+                    )
                 return Succeeded(job, time.monotonic() - started, acked=True)
             value = definition.run(job.args, job.kwargs)
             if job.keep_result:  # not JSON: a failed attempt, never a success without it

@@ -110,7 +110,11 @@ class FailurePolicy:
         )
         self.dead_letter(job, reason=reason, error=entry)
 
-    def record_failure(self, job: ClaimedJob, error: BaseException) -> None:
+    def record_failure(
+        self, job: ClaimedJob, error: BaseException, *, retry_at_least: float = 0.0
+    ) -> None:
+        """Record ``error`` as the end of ``job``'s attempt: retried (not before
+        ``retry_at_least`` seconds), dead-lettered, or aborted."""
         state = self.state
         state.owner.check()
         entry = errors.error_entry(job.attempts, error, worker=self.worker_id)
@@ -125,7 +129,7 @@ class FailurePolicy:
         if decision.retry_in is None:
             self.dead_letter(job, reason=decision.reason, error=entry)
             return
-        delay = decision.retry_in
+        delay = max(decision.retry_in, retry_at_least)
         state.finished(job)
         db = self.db
         if db.with_retries(lambda: operations.retry_job(db.connection(), job, entry, delay)):

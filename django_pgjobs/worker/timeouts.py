@@ -44,6 +44,9 @@ logger = logging.getLogger("django_pgjobs.worker")
 STUCK_EXIT_CODE = 3
 # A cancelled async task still running this long ignores its cancellation: given up on, stuck.
 STUCK_TASK_SECONDS = 1.0
+#: By then a cancelled task that still runs has been given up on (its sessions ended): the
+#: check runs at every turn of the dispatcher, a fraction of a second apart.
+GIVEN_UP_WITHIN_SECONDS = STUCK_TASK_SECONDS + 1.0
 # A cancelled async job still running this long, while the event loop has not ticked for as
 # long, blocks the loop (time.sleep, a sync call): every async job waits; the worker stops.
 BLOCKED_LOOP_SECONDS = 5.0
@@ -179,7 +182,12 @@ class Timeouts(MaintenanceUnit):
         error = JobTimeout(f"timed out after {job.timeout:g} s{where}")
         self.dropping[attempt_of(job)] = job
         logger.warning("job %s #%s timed out after %gs", job.name, job.id, job.timeout)
-        self.failures.record_failure(job, error)  # fenced; stops its heartbeat
+        # fenced; stops its heartbeat. An async job's retry is not due before the task is given
+        # up on: a call it awaits in a thread (sync_to_async) runs on until it returns or its
+        # session is ended, and its writes must not meet its own retry's.
+        self.failures.record_failure(
+            job, error, retry_at_least=GIVEN_UP_WITHIN_SECONDS if running_async else 0.0
+        )
         if executor is None:
             if executors.cancel_async(job, error):
                 lane = executors.async_executor.lane_of(job)

@@ -346,6 +346,18 @@ def record_on_commit(label: str) -> None:
     transaction.on_commit(lambda: _record(label))
 
 
+@job(atomic=True, max_attempts=2)
+def record_then_a_callback_fails(label: str) -> None:
+    """Records, then registers an ``on_commit`` callback that raises: it runs after the job's
+    writes and its completion committed."""
+    _record(label)
+    transaction.on_commit(_callback_fails)
+
+
+def _callback_fails() -> None:
+    raise RuntimeError("the on_commit callback failed")
+
+
 @job(max_attempts=3)
 def press_ctrl_c() -> None:
     """Raises ``KeyboardInterrupt``, as Ctrl-C pressed while a job runs on the main thread."""
