@@ -3,12 +3,14 @@ acknowledged many at a time, a long (or not yet seen) job only for a free execut
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 
 import pytest
 from helpers import FAST_LEASES, wait_until
 
+from django_pgjobs.management.commands.runjobs import DEFAULT_CONCURRENCY
 from django_pgjobs.models import DeadLetter, Job
 from django_pgjobs.worker.holding import MAX_HELD, TARGET_SECONDS, AdaptivePrefetch
 from testproject.demo import jobs as demo
@@ -120,6 +122,10 @@ def test_a_no_flags_worker_stopped_hands_back_its_prefetched_jobs_unspent(
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0, worker.output()
     assert "handed back" in worker.output()
+    # the stop's log line counts the jobs running apart from those it hands back
+    stopping = r"SIGTERM: stopping; waiting up to \S+ for (\d+) running job\(s\) \((\d+) prefetched"
+    said = re.findall(stopping, worker.output())
+    assert said and int(said[0][0]) <= DEFAULT_CONCURRENCY < int(said[0][0]) + int(said[0][1])
     left = list(Job.objects.values_list("status", "attempts"))
     assert left and all(row == ("ready", 0) for row in left), left[:5]  # no attempt spent
     survivor = start_worker()

@@ -90,7 +90,7 @@ class Worker:
         self.signal_handlers = SignalHandlers(
             self.stop,
             lambda: self.inbox.put(WAKE),
-            lambda: len(self.state.held),
+            lambda: list(self.state.held.values()),
             self.options.install_signal_handlers,
         )
 

@@ -62,12 +62,12 @@ class SignalHandlers:
         self,
         stop: StopState,
         wake: Callable[[], None],
-        running: Callable[[], int],
+        running: Callable[[], list],
         enabled: bool = True,
     ) -> None:
         self.stop = stop
         self.wake = wake  # wakes the dispatcher: run off the handler (see on_signal)
-        self.running = running  # how many jobs the worker holds, for the log line
+        self.running = running  # the jobs the worker holds, for the log line
         self.enabled = enabled
         self.previous: dict = {}
 
@@ -97,11 +97,14 @@ class SignalHandlers:
             self.stop.request(force=True)
             exit_after(FORCED_EXIT_SECONDS)
         else:
+            held = self.running()
+            waiting = sum(1 for job in held if job.held)  # prefetched: handed back unstarted
             logger.info(
-                "%s: stopping; waiting up to %gs for %d running job(s)",
+                "%s: stopping; waiting up to %gs for %d running job(s)%s",
                 name,
                 self.stop.grace,
-                self.running(),
+                len(held) - waiting,
+                f" ({waiting} prefetched, handed back unstarted)" if waiting else "",
             )
             self.stop.request()
         threading.Thread(target=self.wake, name="pgjobs-signal-wake", daemon=True).start()
