@@ -26,6 +26,8 @@ from tcp_proxy import TcpProxy
 
 from django_pgjobs.models import OutboxEvent, OutboxKey
 from django_pgjobs.outbox import publish
+from django_pgjobs.outbox.messages import BrokerRefused, Message
+from django_pgjobs.outbox.publishers import build_publisher
 from testproject.demo.models import Counter
 from testproject.handlers.outbox import handle_order_placed, place_order
 
@@ -184,6 +186,10 @@ def test_runjobs_relays_the_outbox_when_a_publisher_is_set(start_worker):
         wait_until(lambda: not OutboxEvent.objects.exists())
         assert [m.message_id for m in received] == [str(event_id)]
         assert worker.popen.poll() is None
+        worker.signal(signal.SIGTERM)  # its broker connection closed, not dropped
+        assert worker.wait(30) == 0, worker.output()
+        assert "Event loop is closed" not in worker.output(), worker.output()
+        assert "was never awaited" not in worker.output(), worker.output()
 
 
 def test_pgjobs_relay_stops_on_sigterm_and_refuses_to_start_without_a_publisher(start_relay):
@@ -192,3 +198,49 @@ def test_pgjobs_relay_stops_on_sigterm_and_refuses_to_start_without_a_publisher(
     relay.signal(signal.SIGTERM)
     assert relay.wait(30) == 0
     assert start_relay().wait(60) != 0  # no --publisher and no OUTBOX_PUBLISHER
+
+
+def test_messages_a_broker_can_never_take_are_refused_and_their_batch_is_sent():
+    """Refused (dead-lettered), not retried for ever: a message over the NATS server's
+    max_payload (sent, the server dropped the connection and every message of the batch, at
+    every try), a subject or a header NATS cannot send, a routing key longer than AMQP's 255
+    bytes. The other messages of the batch go through."""
+    with nats_stream() as prefix:
+        nats = build_publisher(NATS_URL)
+        try:
+            too_big = b'"' + b"a" * (1024 * 1024) + b'"'
+            outcomes = nats.publish_batch([
+                Message(1, f"{prefix}.big", "k1", too_big),
+                Message(2, f"{prefix}.a b", "k2", b"{}"),
+                Message(3, f"{prefix}.ok", "k3", b"{}", headers={"bad name": "v"}),
+                Message(4, f"{prefix}.ok", "k4", b'{"n": 4}'),
+            ])  # fmt: skip
+        finally:
+            nats.close()
+        assert [type(o).__name__ for o in outcomes] == ["BrokerRefused"] * 3 + ["NoneType"]
+        assert "max_payload" in str(outcomes[0])
+        assert [m.body for m in nats_messages(prefix)] == [b'{"n": 4}']
+    with rabbit_queue() as queue:
+        rabbit = build_publisher(AMQP_URL)
+        try:
+            outcomes = rabbit.publish_batch([
+                Message(5, "é" * 200, "k5", b"{}"), Message(6, queue, "k6", b'{"n": 6}')
+            ])  # fmt: skip
+        finally:
+            rabbit.close()
+        assert isinstance(outcomes[0], BrokerRefused) and "255" in str(outcomes[0])
+        assert outcomes[1] is None
+        assert [m.body for m in rabbit_messages(queue, lambda got: len(got) >= 1)] == [b'{"n": 6}']
+
+
+def test_an_unreachable_nats_server_fails_at_once_saying_why():
+    """nats-py read max_reconnect_attempts=0 as "for ever": each try took the whole broker
+    timeout (10 s), printing a traceback a try, and stored an empty TimeoutError."""
+    publisher = build_publisher("nats://127.0.0.1:4223")  # nothing listens there
+    started = time.monotonic()
+    try:
+        (outcome,) = publisher.publish_batch([Message(1, "t", None, b"{}")])
+    finally:
+        publisher.close()
+    assert time.monotonic() - started < 3
+    assert "cannot connect to the NATS server" in str(outcome) and "Connect" in str(outcome)

@@ -25,6 +25,8 @@ from .messages import BrokerRefused, Message, Publisher
 
 #: Seconds a broker has to answer a connect or a publish before it counts as unavailable.
 BROKER_TIMEOUT_SECONDS = 10.0
+#: The longest AMQP short string (a routing key, a header's name), in bytes.
+AMQP_SHORT_STRING_BYTES = 255
 
 
 async def _close_quietly(connection) -> None:
@@ -143,10 +145,17 @@ class RabbitMQPublisher(AsyncBrokerPublisher):
             delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
             headers=headers,
         )
+        if len(message.topic.encode()) > AMQP_SHORT_STRING_BYTES:
+            raise BrokerRefused(
+                f"the topic is {len(message.topic.encode())} bytes in UTF-8: an AMQP routing key "
+                f"holds at most {AMQP_SHORT_STRING_BYTES}"
+            )
         try:
             await self._exchange.publish(amqp_message, message.topic, mandatory=True)
         except DeliveryError as error:  # negatively acknowledged, or returned unroutable
             raise BrokerRefused(f"RabbitMQ refused the message: {error!r}") from None
+        except (TypeError, ValueError) as error:  # AMQP cannot encode it (a header too long...)
+            raise BrokerRefused(f"AMQP cannot send the message: {error!r}") from None
 
     async def _disconnect(self) -> None:
         connection, self._connection, self._exchange = self._connection, None, None
@@ -168,28 +177,56 @@ class NatsPublisher(AsyncBrokerPublisher):
 
         if self._client is None or self._client.is_closed:
             await self._disconnect()
-            self._client = await nats.connect(
-                self.url,
-                connect_timeout=BROKER_TIMEOUT_SECONDS,
-                allow_reconnect=False,
-                max_reconnect_attempts=0,
-            )
+            seen: list[BaseException] = []
+
+            async def noted(error: BaseException) -> None:  # nats-py prints a traceback each
+                seen.append(error)
+
+            try:
+                self._client = await nats.connect(
+                    self.url,
+                    connect_timeout=BROKER_TIMEOUT_SECONDS,
+                    allow_reconnect=False,
+                    max_reconnect_attempts=1,  # 0 is "for ever" to nats-py's first connect
+                    reconnect_time_wait=0.1,
+                    error_cb=noted,
+                )
+            except Exception as error:
+                cause = seen[-1] if seen else error
+                raise ConnectionError(f"cannot connect to the NATS server: {cause!r}") from None
             self._jetstream = self._client.jetstream(timeout=BROKER_TIMEOUT_SECONDS)
 
     async def _send(self, message: Message) -> None:
+        from nats.errors import BadHeaderError, BadSubjectError, MaxPayloadError
         from nats.js.errors import BadRequestError, NoStreamResponseError, NotFoundError
 
         headers = {**message.headers, "Nats-Msg-Id": message.message_id}
         if message.key is not None:
             headers["Pgjobs-Key"] = message.key
+        # over the server's limit, the server would drop the connection and every message of
+        # the batch with it, at every try: refused here, before it is sent
+        size = len(message.body) + len(_nats_header_block(headers))
+        if size > self._client.max_payload:
+            raise BrokerRefused(
+                f"the message is {size} bytes with its headers, over the NATS server's "
+                f"max_payload of {self._client.max_payload}"
+            )
         try:
             await self._jetstream.publish(message.topic, message.body, headers=headers)
         except (NoStreamResponseError, BadRequestError, NotFoundError) as error:
             raise BrokerRefused(f"JetStream refused the message: {error!r}") from None
+        except (BadSubjectError, BadHeaderError, MaxPayloadError) as error:  # never sendable
+            raise BrokerRefused(f"NATS cannot send the message: {error!r}") from None
 
     async def _disconnect(self) -> None:
         client, self._client, self._jetstream = self._client, None, None
         await _close_quietly(client)
+
+
+def _nats_header_block(headers: dict[str, str]) -> bytes:
+    """The header block NATS sends before a message's body (counted in its max_payload)."""
+    lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    return f"NATS/1.0\r\n{lines}\r\n".encode()
 
 
 def _amqp(url: str) -> RabbitMQPublisher:

@@ -137,7 +137,11 @@ class OutboxRelay(MaintenanceUnit):
             {"limit": self.config.batch_size, "lease": self.config.lease_seconds, "token": token},
         )
         messages = [_message(row) for row in rows]
-        outcomes = self.publisher.publish_batch(messages) if messages else []
+        try:
+            outcomes = self.publisher.publish_batch(messages) if messages else []
+        except Exception as raised:  # it must return outcomes; one that raises: unavailable
+            logger.exception("the outbox publisher raised instead of returning outcomes")
+            outcomes = [raised] * len(messages)
         published = [m.id for m, outcome in zip(messages, outcomes, strict=True) if outcome is None]
         self._mark_published(connection, published, token)
         refused = [

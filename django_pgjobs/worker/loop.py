@@ -237,7 +237,7 @@ class Worker:
                 pass
         else:  # stopped before the database came back
             turns.database_down = True
-        self.shutdown.wind_up(turns.database_down, self.threads)
+        self.shutdown.wind_up(turns.database_down, self.threads, self.units)
         log_stats(self.state.stats, final=True)
         return self.exit_code
 

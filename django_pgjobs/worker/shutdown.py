@@ -120,9 +120,12 @@ class Shutdown:
             )
         return bool(threads or tasks)
 
-    def wind_up(self, database_down: bool, threads: Callable[[], list[threading.Thread]]) -> None:
+    def wind_up(
+        self, database_down: bool, threads: Callable[[], list[threading.Thread]], units=()
+    ) -> None:
         """The last step: last acknowledgements and counts, leave the registry, let the threads
-        (``threads()``, once the executors are told to exit) go."""
+        (``threads()``, once the executors are told to exit) go, close the outbox relay's
+        broker connection (``units``: the maintenance units)."""
         self.stop.requested.set()
         if not database_down:
             try:
@@ -139,4 +142,13 @@ class Shutdown:
         deadline = time.monotonic() + (0.5 if busy else 5.0)
         for thread in threads():
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        from ..outbox.relay import OutboxRelay
+
+        for unit in units:
+            if not isinstance(unit, OutboxRelay):  # (the vacuum's close waits for it to end)
+                continue
+            try:
+                unit.close()
+            except Exception as error:  # noqa: BLE001 - the worker exits all the same
+                logger.warning("could not close the outbox relay: %s", one_line(error))
         self.db.close()
