@@ -74,7 +74,7 @@ def parse_arguments(args_text: str, kwargs_text: str) -> tuple[list, dict]:
     for label, text, kind in (("args", args_text, list), ("kwargs", kwargs_text, dict)):
         try:
             value = json.loads(text or ("[]" if kind is list else "{}"))
-        except ValueError as error:
+        except (ValueError, RecursionError) as error:  # RecursionError: nested too deep
             raise EditRefused(
                 _("%(field)s is not valid JSON: %(error)s") % {"field": label, "error": error}
             ) from None

@@ -364,3 +364,53 @@ def test_pause_refuses_a_new_name_enqueue_would_refuse(admin_client):
     assert not QueueState.objects.exists()
     assert admin_client.post(pause, {"queue": "fresh"}).status_code == 302
     assert QueueState.objects.get(name="fresh").paused
+
+
+@pytest.mark.parametrize("sizes", ["[null]", '"abc"', '{"a": 1}', "[true, 2]"])
+def test_a_workflow_row_whose_sizes_are_not_numbers_leaves_its_pages_up(
+    admin_client, other_connection, sizes
+):
+    workflow = other_connection.execute(
+        "INSERT INTO pgjobs_workflow (name, state, step, remaining, sizes, reason, created_at) "
+        "VALUES ('hand made', 'running', 0, 1, %s::jsonb, '', now()) RETURNING id",
+        [sizes],
+    ).fetchone()[0]
+    assert admin_client.get("/admin/django_pgjobs/workflow/").status_code == 200
+    page = admin_client.get(f"/admin/django_pgjobs/workflow/{workflow}/change/")
+    assert page.status_code == 200
+
+
+def test_a_workflow_page_asked_for_with_no_number_is_not_found(admin_client):
+    assert admin_client.get("/admin/django_pgjobs/workflow/abc/change/").status_code == 404
+
+
+def test_edit_and_requeue_refuses_json_nested_too_deep(admin_client, other_connection):
+    letter = hand_dead_letter(other_connection, args='["x"]')
+    page = admin_client.post(
+        f"/admin/django_pgjobs/deadletter/{letter}/edit/", {"args": DEEP, "kwargs": "{}"}
+    )
+    assert page.status_code == 200 and "args is not valid JSON" in html.unescape(
+        page.content.decode()
+    )
+
+
+@pytest.mark.parametrize("args", ['["\\u0000", 2]', "[1e400, 1]"])
+def test_a_schedule_whose_arguments_postgresql_cannot_store_is_refused_by_its_form(
+    admin_client, args
+):
+    from django_pgjobs.models import Schedule
+
+    form = {"name": "hand made", "job_name": "testproject.demo.jobs.record", "cron": "* * * * *"}
+    form |= {"args": args, "kwargs": "{}", "catch_up": "0", "time_zone": "UTC"}
+    page = admin_client.post("/admin/django_pgjobs/schedule/add/", form)
+    assert page.status_code == 200, page.content[:300]
+    assert "errornote" in page.content.decode() and not Schedule.objects.exists()
+
+
+def test_the_links_to_a_flow_keys_jobs_carry_the_key_url_encoded(admin_client, other_connection):
+    from django_pgjobs.models import FlowKey
+
+    FlowKey.objects.create(key="fair:a&b+1#2", ready_at=timezone.now())
+    hand_job(other_connection, flow_key="fair:a&b+1#2")
+    page = html.unescape(admin_client.get("/admin/django_pgjobs/flowkey/").content.decode())
+    assert "?q=fair%3Aa%26b%2B1%232" in page

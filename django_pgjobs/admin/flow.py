@@ -5,6 +5,8 @@ rows; a key's slots are its running jobs, freed when they end (or are rescued)."
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from django.contrib import admin
 from django.db.models import Count, IntegerField, OuterRef, Subquery
 from django.db.models.functions import Coalesce
@@ -81,7 +83,9 @@ class FlowKeyAdmin(OperatorAdmin):
     def waiting_jobs(self, obj):
         url = reverse("admin:django_pgjobs_job_changelist")
         return format_html(
-            '<a href="{}">{}</a>', on_this_database(f"{url}?q={obj.key}"), obj.waiting
+            '<a href="{}">{}</a>',
+            on_this_database(f"{url}?{urlencode({'q': obj.key})}"),
+            obj.waiting,
         )
 
     served = display.time_field("last_served_at", "last served")
@@ -108,7 +112,7 @@ def waiting_on_key(job) -> str:
     url = reverse("admin:django_pgjobs_flowkey_changelist")
     return format_html(
         '<div class="pgjobs-small">waits on key <a href="{}">{}</a></div>',
-        on_this_database(f"{url}?q={job.flow_key}"),
+        on_this_database(f"{url}?{urlencode({'q': job.flow_key})}"),
         job.flow_key,
     )
 

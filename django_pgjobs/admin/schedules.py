@@ -21,6 +21,7 @@ from django.utils.translation import gettext_lazy, ngettext
 from .. import cron, registry, schedules
 from ..conf import get_config
 from ..models import DeadLetter, Job, Schedule, ScheduleFire
+from ..payload import dump_arguments
 from ..states import view_label
 from . import display
 from .base import CappedChangeList, CappedPaginator
@@ -76,6 +77,12 @@ class ScheduleForm(forms.ModelForm):
         if "kwargs" in data and not isinstance(kwargs, dict):
             self.add_error("kwargs", _('A JSON object, e.g. {"days": 7}.'))
         name = data.get("job_name")
+        if isinstance(args, list) and isinstance(kwargs, dict):
+            try:  # what enqueue() would refuse, PostgreSQL too (NUL, Infinity): as the edit form
+                dump_arguments(args, kwargs, get_config().MAX_PAYLOAD_BYTES)
+            except (TypeError, ValueError) as error:
+                self.add_error(None, str(error))
+                return data
         if name in registry.registered() and isinstance(args, list) and isinstance(kwargs, dict):
             try:
                 registry.get(name).check_arguments(args, kwargs)

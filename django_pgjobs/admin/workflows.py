@@ -5,7 +5,7 @@ permission), as an action on the list too."""
 from __future__ import annotations
 
 from django.contrib import admin, messages
-from django.http import HttpResponseRedirect
+from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -16,7 +16,7 @@ from django.utils.translation import gettext_lazy, ngettext
 from ..models import DeadLetter, Job, Workflow
 from ..states import view_label
 from ..workflows import abort_workflow
-from .base import OperatorAdmin, refuse_mutation, require_view
+from .base import OperatorAdmin, refuse_mutation, require_view, row_id
 from .databases import on_this_database
 
 
@@ -43,7 +43,7 @@ class WorkflowAdmin(OperatorAdmin):
 
     @admin.display(description=gettext_lazy("step"))
     def progress(self, obj):
-        sizes = obj.sizes or []
+        sizes = _sizes(obj)
         if obj.step >= len(sizes):
             return _("%(steps)s of %(steps)s done") % {"steps": len(sizes)}
         done = sizes[obj.step] - obj.remaining
@@ -59,7 +59,10 @@ class WorkflowAdmin(OperatorAdmin):
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         require_view(self, request)
-        workflow = get_object_or_404(self.rows(), pk=object_id)
+        pk = row_id(object_id)
+        if pk is None:
+            raise Http404("no such workflow")
+        workflow = get_object_or_404(self.rows(), pk=pk)
         jobs = list(
             self.rows(Job)
             .filter(workflow_id=workflow.pk)
@@ -142,6 +145,17 @@ def _abortable(workflow: Workflow, jobs: list[Job]) -> bool:
     )
 
 
+def _sizes(workflow: Workflow) -> list[int]:
+    """The workflow's step sizes, or none when its row holds something else (a hand-made row:
+    each page shows what it can rather than failing)."""
+    sizes = workflow.sizes
+    if not isinstance(sizes, list) or not all(
+        isinstance(size, int) and not isinstance(size, bool) for size in sizes
+    ):
+        return []
+    return sizes
+
+
 def _who(request) -> str:
     return f"admin user {request.user.get_username()}"
 
@@ -178,7 +192,7 @@ def _steps(workflow: Workflow, jobs: list[Job], dead: list[DeadLetter]) -> list[
                 "took": letter.reason,
             }
         )
-    sizes = workflow.sizes or []
+    sizes = _sizes(workflow)
     return [
         {
             "number": index + 1,
