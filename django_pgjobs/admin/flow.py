@@ -13,6 +13,8 @@ from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from ..models import Job
 from ..states import Status
@@ -33,11 +35,11 @@ def _jobs_of_key(status: str) -> Coalesce:
 
 
 class HoldingSlotsFilter(admin.SimpleListFilter):
-    title = "slots"
+    title = gettext_lazy("slots")
     parameter_name = "slots"
 
     def lookups(self, request, model_admin):
-        return [("held", "holding slots (jobs running)"), ("waiting", "jobs waiting")]
+        return [("held", _("holding slots (jobs running)")), ("waiting", _("jobs waiting"))]
 
     def queryset(self, request, queryset):
         if self.value() == "held":
@@ -61,15 +63,15 @@ class FlowKeyAdmin(OperatorAdmin):
             .annotate(running=_jobs_of_key(Status.RUNNING), waiting=_jobs_of_key(Status.READY))
         )
 
-    @admin.display(description="concurrency (running / limit)")
+    @admin.display(description=gettext_lazy("concurrency (running / limit)"))
     def concurrency(self, obj):
-        limit = "no limit" if obj.concurrency_limit is None else obj.concurrency_limit
+        limit = _("no limit") if obj.concurrency_limit is None else obj.concurrency_limit
         full = obj.concurrency_limit is not None and obj.running >= obj.concurrency_limit
         return format_html(
             '<span class="{}">{} / {}</span>', "pgjobs-expired" if full else "", obj.running, limit
         )
 
-    @admin.display(description="rate limit (tokens)")
+    @admin.display(description=gettext_lazy("rate limit (tokens)"))
     def rate_limit(self, obj):
         if obj.rate is None:
             return "–"
@@ -77,9 +79,13 @@ class FlowKeyAdmin(OperatorAdmin):
         if obj.refilled_at is not None:
             elapsed = max((timezone.now() - obj.refilled_at).total_seconds(), 0.0)
             tokens = min(obj.burst or 1.0, tokens + obj.rate * elapsed)
-        return f"{_per(obj.rate)} ({tokens:.1f} of {obj.burst or 1:.0f} now)"
+        return _("%(rate)s (%(tokens)s of %(burst)s now)") % {
+            "rate": _per(obj.rate),
+            "tokens": f"{tokens:.1f}",
+            "burst": f"{obj.burst or 1:.0f}",
+        }
 
-    @admin.display(description="jobs waiting")
+    @admin.display(description=gettext_lazy("jobs waiting"))
     def waiting_jobs(self, obj):
         url = reverse("admin:django_pgjobs_job_changelist")
         return format_html(
@@ -88,8 +94,8 @@ class FlowKeyAdmin(OperatorAdmin):
             obj.waiting,
         )
 
-    served = display.time_field("last_served_at", "last served")
-    due = display.time_field("ready_at", "next looked at")
+    served = display.time_field("last_served_at", gettext_lazy("last served"))
+    due = display.time_field("ready_at", gettext_lazy("next looked at"))
 
 
 def _per(rate: float) -> str:
@@ -111,7 +117,8 @@ def waiting_on_key(job) -> str:
         return ""
     url = reverse("admin:django_pgjobs_flowkey_changelist")
     return format_html(
-        '<div class="pgjobs-small">waits on key <a href="{}">{}</a></div>',
+        '<div class="pgjobs-small">{} <a href="{}">{}</a></div>',
+        _("waits on key"),
         on_this_database(f"{url}?{urlencode({'q': job.flow_key})}"),
         job.flow_key,
     )
