@@ -10,7 +10,7 @@ import os
 import time
 
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection
 from django.utils import timezone
 
 from django_pgjobs import operations
@@ -301,3 +301,25 @@ def test_the_liveness_file_runs_first_every_heartbeat(settings, tmp_path):
     assert first.config == LivenessConfig(str(path), 4)
     with pytest.raises(ValueError, match="liveness_file"):
         Worker(install_signal_handlers=False, liveness_file=tmp_path / "gone" / "alive")
+
+
+def test_the_liveness_file_is_touched_while_a_dispatcher_step_waits_for_the_database(tmp_path):
+    """A job that fails during an outage has its failure recorded by a step that retries until
+    the database is back, inside one turn of the loop: the file went stale and the deploy files'
+    probes restarted a worker for an outage that was not its fault."""
+    dispatcher = database()
+    path = tmp_path / "alive"
+    unit = LivenessFile(LivenessConfig(str(path), interval_seconds=0.2), dispatcher)
+    unit.run_if_due(time.monotonic())
+    touched = [path.stat().st_mtime]
+    tries = []
+
+    def step():
+        tries.append(time.monotonic())
+        if len(tries) < 5:  # 0.5 + 1 + 2 + 4 s of waits: an outage of 7.5 s
+            touched.append(path.stat().st_mtime)
+            raise OperationalError("the database is away")
+        return "done"
+
+    assert dispatcher.with_retries(step) == "done"
+    assert len(set(touched)) >= 3  # touched during the waits, not only before the step

@@ -10,6 +10,7 @@ raised. See ``docs/explanation/worker.md``.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -65,6 +66,8 @@ class DispatcherDatabase:
     def __init__(self, alias: str, stop: StopState) -> None:
         self.alias = alias
         self.stop = stop
+        #: duties kept up while a step waits for the database (``f(now)``: the liveness file)
+        self.while_waiting: list[Callable[[float], object]] = []
 
     def connection(self):
         connection = connections[self.alias]
@@ -94,6 +97,8 @@ class DispatcherDatabase:
                     "database unavailable (%s); retrying in %.1fs", one_line(error), delay
                 )
                 self.close()
+                for duty in self.while_waiting:  # a step can wait for as long as the outage
+                    duty(time.monotonic())
                 self.stop.sleep(delay)
                 delay = next_wait(delay)
 

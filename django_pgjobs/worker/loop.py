@@ -154,7 +154,7 @@ class Worker:
         """The periodic units, in the order they run within a turn."""
         o, db = self.options, self.db
         if o.liveness_file is not None:
-            self.liveness = LivenessFile(LivenessConfig(o.liveness_file, o.heartbeat_seconds))
+            self.liveness = LivenessFile(LivenessConfig(o.liveness_file, o.heartbeat_seconds), db)
         if o.vacuum_interval is not None and not o.inline:
             self.vacuum = TableVacuum(db, VacuumConfig(o.vacuum_interval))
         return [

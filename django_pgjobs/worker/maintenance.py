@@ -117,14 +117,17 @@ class LivenessConfig:
 
 class LivenessFile(MaintenanceUnit):
     """Touches ``config.path`` at start and every ``interval_seconds`` while the loop turns
-    (waiting for the database included: the loop runs it before any statement), for a probe
+    (waiting for the database included: the loop runs it before any statement, and a step
+    that waits for the database runs it, ``DispatcherDatabase.while_waiting``), for a probe
     that reads its age without asking the database (``runjobs --liveness-file``;
     docs/howto/deploy.md). A file that cannot be written is logged, never fatal: the probe then
     fails, which says it. Returns whether it touched the file."""
 
-    def __init__(self, config: LivenessConfig) -> None:
+    def __init__(self, config: LivenessConfig, database=None) -> None:
         self.config = config
         super().__init__()
+        if database is not None:  # also while a step of the turn waits for the database
+            database.while_waiting.append(self.run_if_due)
 
     def interval(self) -> float:
         return self.config.interval_seconds
