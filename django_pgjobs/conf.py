@@ -262,8 +262,10 @@ def validate(raw: dict[str, Any]) -> list[str]:
 
 
 def raw_settings() -> dict[str, Any]:
-    raw = getattr(settings, "PGJOBS", {}) or {}
-    if not isinstance(raw, dict):
+    raw = getattr(settings, "PGJOBS", None)
+    if raw is None:  # not set: every default
+        return {}
+    if not isinstance(raw, dict):  # [], 0, False too: a mistake, not "no settings"
         raise ConfigError(f"settings.PGJOBS must be a dict, not {type(raw).__name__}")
     return raw
 

@@ -8,13 +8,19 @@ main thread. When a watched file changes (any imported module, a job module incl
 reloader's ``file_changed`` signal comes here first: the worker is stopped as on SIGTERM, its
 held jobs handed back and its running jobs given the shutdown grace to finish, and only then does
 Django end the process for the next one to start with the new code. SIGTERM to the child stops
-the worker the same way; Ctrl-C in a terminal gives the child only the quarter of a second
-``subprocess`` waits before killing it (a running job then comes back after its lease).
+the worker the same way, and so does SIGTERM to the first process (``docker stop`` signals it):
+it passes the signal on to the child and waits for it, where Django's own loop ended at once
+and killed the child. Ctrl-C in a terminal reaches both processes: the first one waits for the
+child, which stops as on SIGTERM.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import subprocess
+import sys
 import threading
 
 from django.utils import autoreload
@@ -37,6 +43,8 @@ class ReloadingWorker:
         self.thread: threading.Thread | None = None
 
     def run(self) -> None:
+        if os.environ.get(autoreload.DJANGO_AUTORELOAD_ENV) != "true":
+            sys.exit(watch_over_children())  # the first process: no worker of its own
         autoreload.file_changed.connect(self._file_changed, weak=False)
         try:
             autoreload.run_with_reloader(self._work)
@@ -60,3 +68,35 @@ class ReloadingWorker:
             return
         self.worker.request_stop()
         self.thread.join(self.worker.options.shutdown_grace + JOIN_MARGIN_SECONDS)
+
+
+def watch_over_children() -> int:
+    """(The first process.) Start the worker's process again each time it exits with status 3
+    (a code change), as Django's ``restart_with_reloader`` does, passing SIGTERM on to it and
+    waiting through SIGINT (a terminal's Ctrl-C reaches the child too); returns its status."""
+    arguments = autoreload.get_child_arguments()
+    environment = {**os.environ, autoreload.DJANGO_AUTORELOAD_ENV: "true"}
+    children: list[subprocess.Popen] = []
+    stopping = []
+
+    def pass_on(signum, frame) -> None:
+        stopping.append(signum)
+        if children and children[-1].poll() is None:
+            children[-1].send_signal(signal.SIGTERM)
+
+    previous = {
+        signal.SIGTERM: signal.signal(signal.SIGTERM, pass_on),
+        signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    }
+    try:
+        while not stopping:
+            children.append(subprocess.Popen(arguments, env=environment, close_fds=False))
+            if stopping:  # a SIGTERM while it was being started
+                children[-1].send_signal(signal.SIGTERM)
+            status = children[-1].wait()
+            if status != 3:
+                return status
+        return 0
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)

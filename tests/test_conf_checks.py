@@ -103,9 +103,13 @@ def test_every_setting_is_checked_against_its_declaration_in_config(declared):
         assert check_settings() == [] and getattr(get_config(), declared.name) == default
 
 
-def test_pgjobs_must_be_a_dict():
-    with override_settings(PGJOBS=["LEASE_SECONDS"]):
+@pytest.mark.parametrize("value", [["LEASE_SECONDS"], [], 0, False, ""])
+def test_pgjobs_must_be_a_dict(value):
+    """An empty list or a False is a mistake too, not "no settings" (None or unset is)."""
+    with override_settings(PGJOBS=value):
         assert ids(check_settings()) == ["pgjobs.E002"]
+    with override_settings(PGJOBS=None):
+        assert check_settings() == []
 
 
 def test_unknown_database_alias_is_check_e003():
