@@ -123,7 +123,7 @@ class LivenessFile(MaintenanceUnit):
     docs/howto/deploy.md). A file that cannot be written is logged, never fatal: the probe then
     fails, which says it. Returns whether it touched the file."""
 
-    def __init__(self, config: LivenessConfig, database=None) -> None:
+    def __init__(self, config: LivenessConfig, database: DispatcherDatabase | None = None) -> None:
         self.config = config
         super().__init__()
         if database is not None:  # also while a step of the turn waits for the database
