@@ -115,10 +115,18 @@ def test_a_rate_limit_of_20_a_second_holds_across_three_workers(start_worker):
     busiest = max(sum(1 for t in claimed[i:] if t < at + 1.0) for i, at in enumerate(claimed))
     assert busiest <= 20 + 2, f"{busiest} calls claimed in one second"
     took = claimed[-1] - claimed[0]
-    # never faster than 20/s; slower only by the moments no worker asked: the bucket keeps a
-    # tenth of a second's worth, so a second when every worker is starved (six tests beside it on
-    # 2 cores: 11.6 s once) is lost for good. 12 s still fails a limiter at 17/s
-    assert 9.0 <= took <= 12.0, f"200 calls at 20/s took {took:.2f}s"
+    # never faster than 20/s over the whole run
+    assert took >= 9.0, f"200 calls at 20/s took {took:.2f}s"
+    # and not slower, but for the moments no worker asked: the bucket keeps a tenth of a
+    # second's worth, so a second when every worker is starved (a loaded CI machine: 12.02 s
+    # once, 11.6 s another time) is lost for good. So the typical second is checked, not the
+    # total: the median of the one-second windows (every quarter second) holds 18 or more (a
+    # limiter at 17/s fails it), and the whole run stays within twice the ideal time
+    starts = [claimed[0] + 0.25 * n for n in range(int((took - 1.0) / 0.25) + 1)]
+    windows = sorted(sum(1 for t in claimed if at <= t < at + 1.0) for at in starts)
+    typical = windows[len(windows) // 2]
+    assert typical >= 18, f"the median second held {typical} calls (all: {windows})"
+    assert took <= 20.0, f"200 calls at 20/s took {took:.2f}s"
 
 
 def test_a_small_tenant_is_served_before_a_tenth_of_a_big_backlog(start_worker):
