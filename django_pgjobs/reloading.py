@@ -70,6 +70,10 @@ class ReloadingWorker:
         self.thread.join(self.worker.options.shutdown_grace + JOIN_MARGIN_SECONDS)
 
 
+def _wait_for_the_child(signum, frame) -> None:
+    """(The first process, on SIGINT.) Nothing: the terminal's Ctrl-C reached the child too."""
+
+
 def watch_over_children() -> int:
     """(The first process.) Start the worker's process again each time it exits with status 3
     (a code change), as Django's ``restart_with_reloader`` does, passing SIGTERM on to it and
@@ -86,7 +90,9 @@ def watch_over_children() -> int:
 
     previous = {
         signal.SIGTERM: signal.signal(signal.SIGTERM, pass_on),
-        signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        # a handler that does nothing, not SIG_IGN: an ignored signal stays ignored in the
+        # child, whose Ctrl-C then did nothing at all (a handler is reset there to the default)
+        signal.SIGINT: signal.signal(signal.SIGINT, _wait_for_the_child),
     }
     try:
         while not stopping:

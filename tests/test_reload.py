@@ -95,14 +95,21 @@ def test_editing_a_job_module_restarts_the_worker_and_loses_no_job(start_worker,
     assert not Worker.objects.exists()
 
 
-def test_sigterm_to_the_first_process_stops_the_worker_gracefully(start_worker):
+@pytest.mark.parametrize("stop", ["sigterm-to-the-first-process", "ctrl-c-to-both"])
+def test_sigterm_or_ctrl_c_stops_the_worker_gracefully(start_worker, stop):
     """``docker stop`` signals the first process, the reloader's: it passes the signal on and
     waits, so the running job finishes and the worker leaves the registry. (Django's own loop
-    exited at once and killed the worker's process: its job stayed running until its lease.)"""
+    exited at once and killed the worker's process: its job stayed running until its lease.)
+    Ctrl-C in a terminal signals the whole process group: the first process waits, and the
+    worker's process stops as on SIGTERM. (The first process once ignored SIGINT, and its child
+    inherited that: Ctrl-C did nothing.)"""
     worker = start_worker("--reload", "--concurrency", "1")
     demo.record.enqueue("running", sleep=1.5)
     wait_until(lambda: Job.objects.filter(status="running").exists(), timeout=60, interval=0.02)
-    worker.signal(signal.SIGTERM)
+    if stop == "ctrl-c-to-both":
+        os.killpg(worker.popen.pid, signal.SIGINT)  # the test made it a group of its own
+    else:
+        worker.signal(signal.SIGTERM)
     assert worker.wait(timeout=30) == 0, worker.output()
     assert labels() == ["running"]
     wait_until(lambda: not Job.objects.exists(), timeout=5)
