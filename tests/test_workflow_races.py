@@ -117,14 +117,16 @@ def test_a_step_dead_lettered_while_a_resume_commits_fails_the_resumed_workflow(
     resume not yet committed) and left it alone: the workflow ran on, 'running', with a step
     in the dead letters."""
     later = timezone.now() + timedelta(hours=1)
-    workflow = chain(group(wf.ship.s(1), wf.ship.using(run_after=later).s(2)), wf.email.s(9))
-    workflow = workflow.enqueue()
+    second = wf.ship.using(run_after=later, queue="second").s(2)
+    workflow = chain(group(wf.ship.s(1), second), wf.email.s(9)).enqueue()
     run_jobs()  # ship 1 is dead-lettered (no stock); ship 2 waits for its time
     letter = dead_letter_of(workflow, 1)
 
     held = HeldOpen(lambda: operations.requeue_dead_letters(connection, [letter]))
     Job.objects.filter(workflow_id=workflow.pk, args=[2]).update(run_after=timezone.now())
-    failing = Beside(run_jobs)  # ship 2 fails: the last of its attempts
+    # ship 2 fails, the last of its attempts; ship 1, ready again once the resume commits, is
+    # not run (another queue): its own failure would cancel the step after it anew
+    failing = Beside(lambda: run_jobs(queues=["second"]))
     wait_until(lambda: failing.finished.is_set() or waiting_on_a_lock(), timeout=10)
     held.commit()
     failing.result()
@@ -132,3 +134,7 @@ def test_a_step_dead_lettered_while_a_resume_commits_fails_the_resumed_workflow(
     stored = Workflow.objects.get(pk=workflow.pk)
     assert stored.state == "failed", stored.reason
     assert DeadLetter.objects.filter(workflow_id=workflow.pk, args=[2]).exists()
+    # the step after the group, which the resume had made waiting again ('blocked') after the
+    # failure's snapshot saw it cancelled, is cancelled with the workflow: left 'blocked', it
+    # kept a failed workflow's page showing a waiting step, and the workflow from its pruning
+    assert Job.objects.get(workflow_id=workflow.pk, args=[9]).status == "cancelled"

@@ -907,10 +907,15 @@ ended_workflows AS (
     RETURNING w.id
 ),
 cancelled_steps AS (
+    -- 'cancelled' too: a step the snapshot shows cancelled may have been made waiting again
+    -- ('blocked') by the resume that the workflow's update waited for; PostgreSQL checks the
+    -- condition again on the row that resume committed, so it is cancelled, and a step the
+    -- resume made ready (no longer matching) is left to run. On 'blocked' alone, such a step
+    -- stayed blocked under the failed workflow, which was then never pruned.
     UPDATE pgjobs_job AS j
     SET status = 'cancelled'
     FROM (SELECT DISTINCT workflow_id FROM ended) AS e
-    WHERE j.workflow_id = e.workflow_id AND j.status = 'blocked'
+    WHERE j.workflow_id = e.workflow_id AND j.status IN ('blocked', 'cancelled')
       AND j.id NOT IN (SELECT id FROM ended)
     RETURNING j.id
 )
