@@ -178,14 +178,17 @@ def test_an_unreachable_broker_gives_events_back_with_a_growing_wait():
     assert [m.payload()["n"] for m in sent] == [0, 1] and unit.failures == 0
 
 
-def test_a_publisher_that_raises_instead_of_returning_outcomes_counts_as_unavailable():
+@pytest.mark.parametrize("raised", [ConnectionError("broker gone"), BrokerRefused("broker gone")])
+def test_a_publisher_that_raises_instead_of_returning_outcomes_counts_as_unavailable(raised):
     """A publisher object must return one outcome per message; one that raises (a natural
-    mistake) took the relay down with it, and runjobs with it: its events are given back."""
+    mistake) took the relay down with it, and runjobs with it: its events are given back. Even
+    when what it raises is ``BrokerRefused``: it cannot say which message was refused, so it
+    does not dead-letter the whole batch."""
     event_id = publish("t", {"n": 0}, key="k")
 
     class Raising:
         def publish_batch(self, messages):
-            raise ConnectionError("broker gone")
+            raise raised
 
         def close(self):
             pass
@@ -195,6 +198,7 @@ def test_a_publisher_that_raises_instead_of_returning_outcomes_counts_as_unavail
     assert unit.run_once().retried == 1
     event = OutboxEvent.objects.get(id=event_id)
     assert event.attempts == 1 and "broker gone" in event.last_error
+    assert not OutboxDeadLetter.objects.exists()
 
 
 def test_a_relay_whose_lease_ran_out_deletes_nothing_another_relay_holds():

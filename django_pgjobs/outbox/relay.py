@@ -141,7 +141,10 @@ class OutboxRelay(MaintenanceUnit):
             outcomes = self.publisher.publish_batch(messages) if messages else []
         except Exception as raised:  # it must return outcomes; one that raises: unavailable
             logger.exception("the outbox publisher raised instead of returning outcomes")
-            outcomes = [raised] * len(messages)
+            # unavailable for every message, whatever it raised: a BrokerRefused raised for the
+            # batch cannot say which message was refused, and must not dead-letter them all
+            failure = ConnectionError(str(raised)) if isinstance(raised, BrokerRefused) else raised
+            outcomes = [failure] * len(messages)
         published = [m.id for m, outcome in zip(messages, outcomes, strict=True) if outcome is None]
         self._mark_published(connection, published, token)
         refused = [
