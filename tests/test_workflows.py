@@ -160,10 +160,17 @@ def test_an_edited_middle_step_requeued_from_its_dead_letter_completes_the_chain
     assert labels_in_order() == ["charge-7", "ship-8", "email-7"]
 
 
-def test_previous_results_of_a_step_whose_jobs_kept_none_say_so_not_a_shorter_list():
+@pytest.mark.parametrize("keep_succeeded", [0, 3600])
+def test_previous_results_of_a_step_whose_jobs_kept_none_say_so_not_a_shorter_list(
+    settings, keep_succeeded
+):
     """A member that did not keep its result: the callback's previous_results() raises, naming
-    what to do, instead of returning the others' results out of the group's order."""
+    what to do, instead of returning the others' results out of the group's order. With
+    KEEP_SUCCEEDED_SECONDS on, that member's row stays (successful, no result): it does not
+    count as a kept result (None in the list, once)."""
     from django_pgjobs.testing import run_jobs
+
+    settings.PGJOBS = {**settings.PGJOBS, "KEEP_SUCCEEDED_SECONDS": keep_succeeded}
 
     images = [wf.resize.s(1), wf.resize.using(keep_result=False).s(2), wf.resize.s(3)]
     workflow = chain(group(images), wf.build_zip.using(max_attempts=1).s("album")).enqueue()

@@ -300,8 +300,9 @@ FROM (SELECT count(*) FROM woken) AS notified;
 
 -- name: workflow_previous_results
 -- The kept results of the step before job `id`'s, in member order (`result`, a JSON array),
--- how many of its jobs kept one (`kept`: the rows left of that step) and that step's size
--- (NULL step: the job is not a later step of a workflow).
+-- how many of its jobs kept one (`kept`: the rows left of that step that keep their result; with
+-- KEEP_SUCCEEDED_SECONDS on, a job that does not keep it stays too, with none) and that step's
+-- size (NULL step: the job is not a later step of a workflow).
 SELECT prev.step, prev.size, kept.result, kept.kept
 FROM pgjobs_job AS j
 JOIN pgjobs_workflow AS w ON w.id = j.workflow_id
@@ -310,7 +311,8 @@ CROSS JOIN LATERAL (
            (w.sizes ->> (j.workflow_step - 1))::int AS size
 ) AS prev
 CROSS JOIN LATERAL (
-    SELECT jsonb_agg(p.result ORDER BY p.workflow_member) AS result, count(*)::int AS kept
+    SELECT jsonb_agg(p.result ORDER BY p.workflow_member) AS result,
+           count(*) FILTER (WHERE p.keep_result)::int AS kept
     FROM pgjobs_job AS p
     WHERE p.workflow_id = j.workflow_id AND p.workflow_step = prev.step
 ) AS kept
