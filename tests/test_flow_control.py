@@ -129,6 +129,32 @@ def test_a_rate_limit_of_20_a_second_holds_across_three_workers(start_worker):
     assert took <= 20.0, f"200 calls at 20/s took {took:.2f}s"
 
 
+# ten partner APIs, each with a slow rate limit of its own (a bucket per job)
+SLOW_PARTNERS = [
+    job(name=f"flow_slow_partner_{n}", queue="flow", rate_limit="1/m")(lambda: None)
+    for n in range(10)
+]
+
+
+def test_a_rate_limited_key_with_no_token_left_takes_no_lane_from_a_key_that_can_give():
+    """A key whose bucket is empty gives nothing now: an enqueue does not make it due before its
+    next token, and made due all the same (a retry, "Run now", a requeue) it takes no lane of a
+    flow claim. Ten such keys took all eight lanes, and a tenant's job waited."""
+    claims = operations.ClaimBuilder(worker="test", queues=None, lease_seconds=60)
+    for partner in SLOW_PARTNERS:
+        partner.enqueue()
+    assert len(operations.claim_jobs_flow(connection, claims.take(20), lanes=20).claimed) == 10
+    partners = FlowKey.objects.filter(key__startswith="job:flow_slow_partner_")
+    for partner in SLOW_PARTNERS:  # the next call of each waits a minute for its token
+        partner.enqueue()
+    assert partners.filter(ready_at__gt=timezone.now() + timedelta(seconds=50)).count() == 10
+    partners.update(ready_at=timezone.now(), last_served_at=None)  # walked first
+    flow.import_row.using(fairness_key="tenant:last").enqueue("last", 1)
+    FlowKey.objects.exclude(key__startswith="job:").update(last_served_at=timezone.now())
+    claimed = operations.claim_jobs_flow(connection, claims.take(10), lanes=8).claimed
+    assert [job.args for job in claimed] == [["last", 1]]
+
+
 def test_a_small_tenant_is_served_before_a_tenth_of_a_big_backlog(start_worker):
     with transaction.atomic():
         flow.import_row.using(fairness_key="tenant:big").enqueue_many(

@@ -54,8 +54,9 @@ FROM inserted;
 -- part: flow_key_told
 -- CTEs after `inserted` (the job just written, with its run_after) of a job with a flow key
 -- (`flow_key`; none: they write nothing): the key's row created with its limits and a full
--- bucket, or told that a job of it is due at run_after (`ready_at`, only ever made earlier) and
--- given the limits of this enqueue when they changed. The update touches (and locks, until the
+-- bucket, or told that a job of it is due at run_after, with a rate limit not before its next
+-- token (`ready_at`, only ever made earlier) and given the limits of this enqueue when they
+-- changed. The update touches (and locks, until the
 -- caller commits) the key's row only then: enqueues to a key already due leave it alone, so
 -- they never hold up its claims.
 added AS (
@@ -69,14 +70,30 @@ added AS (
 ),
 told AS (
     UPDATE pgjobs_flow_key AS k
-    SET ready_at = LEAST(COALESCE(k.ready_at, inserted.run_after), inserted.run_after),
+    SET ready_at = LEAST(COALESCE(k.ready_at, due.at), due.at),
         concurrency_limit = %(concurrency_limit)s::int,
         rate = %(rate)s::float8,
         burst = %(burst)s::float8,
         tokens = LEAST(k.tokens, COALESCE(%(burst)s::float8, 0))
-    FROM inserted
+    FROM (
+        -- when the job may be claimed: at its run_after, and with a rate limit not before the
+        -- key's next token (the bucket under this enqueue's limits, refilled to now). Made due
+        -- at once, a key whose bucket was empty was walked by every flow claim until then.
+        SELECT GREATEST(inserted.run_after,
+                        CASE WHEN %(rate)s::float8 IS NULL OR b.key IS NULL
+                             THEN inserted.run_after
+                             ELSE statement_timestamp() + GREATEST(1 - LEAST(
+                                      %(burst)s::float8,
+                                      LEAST(b.tokens, %(burst)s::float8)
+                                      + %(rate)s::float8 * GREATEST(extract(
+                                          epoch FROM statement_timestamp() - b.refilled_at
+                                      )::float8, 0)), 0)
+                                  / %(rate)s::float8 * interval '1 second'
+                        END) AS at
+        FROM inserted LEFT JOIN pgjobs_flow_key AS b ON b.key = %(flow_key)s
+    ) AS due
     WHERE k.key = %(flow_key)s
-      AND (k.ready_at IS NULL OR k.ready_at > inserted.run_after
+      AND (k.ready_at IS NULL OR k.ready_at > due.at
            OR k.concurrency_limit IS DISTINCT FROM %(concurrency_limit)s::int
            OR k.rate IS DISTINCT FROM %(rate)s::float8
            OR k.burst IS DISTINCT FROM %(burst)s::float8)
@@ -512,9 +529,13 @@ WITH lanes AS (
               AND (%(any_id)s OR j.id = ANY(%(only_ids)s::bigint[]))
               AND j.queue NOT IN (SELECT name FROM pgjobs_queue WHERE paused)
             OFFSET 0)
-        THEN walk.concurrency_limit IS NULL OR walk.concurrency_limit > (
-            SELECT count(*) FROM pgjobs_job AS r
-            WHERE r.flow_key = walk.key AND r.status = 'running')
+        -- and a token left (a rate-limited key made due before its next token, by a retry,
+        -- "Run now" or a requeue, gives nothing now: as a lane it kept one from a key that
+        -- could give)
+        THEN (walk.rate IS NULL OR walk.available >= 1)
+             AND (walk.concurrency_limit IS NULL OR walk.concurrency_limit > (
+                 SELECT count(*) FROM pgjobs_job AS r
+                 WHERE r.flow_key = walk.key AND r.status = 'running'))
         -- none: only to be told when it is due next (`served`), once no job of it is due
         -- anywhere or out
         ELSE NOT EXISTS (SELECT 1 FROM pgjobs_job AS o
