@@ -45,6 +45,32 @@ def test_the_dashboard_shows_the_queues_of_both_databases(admin_client):
     assert 'id="queue-jobs2-heavy"' in page and 'id="queue-default-default"' in page
     assert f"{JOBS}?queue=heavy&amp;_database=jobs2" in page  # its links stay on its database
     assert "<b>3</b><span>due</span>" in page  # the totals add both up
+    # a total card links to each database's list that holds some, with its count: a list
+    # shows one database, and the card alone opened the session's (the due card: 1 and 2)
+    due_links = dict(
+        re.findall(r'href="([^"]*view=due[^"]*)">(\w+): 1?2?</a>', page.replace("&amp;", "&"))
+    )
+    assert due_links == {
+        f"{JOBS}?view=due&_database=default": "default",
+        f"{JOBS}?view=due&_database=jobs2": "jobs2",
+    }, page
+    for link, alias in due_links.items():
+        listed = admin_client.get(link).content.decode()
+        # the queue filter lists the queues of the rows shown
+        assert ("queue=heavy" in listed) == (alias == "jobs2")
+        assert ("queue=default" in listed) == (alias == "default")
+
+
+def test_a_dead_letters_card_leads_to_the_database_that_holds_them(admin_client):
+    """Dead letters on jobs2 alone, the session on default: the card's one link names jobs2."""
+    DeadLetter.objects.using("jobs2").create(
+        job_id=1, name=build_report.name, queue="heavy", reason="a test", created_at=timezone.now()
+    )
+    admin_client.get(JOBS, {"_database": "default"})  # the session's database
+    page = admin_client.get(DASHBOARD, follow=True).content.decode()
+    dead = reverse("admin:django_pgjobs_deadletter_changelist")
+    assert f'href="{dead}?_database=jobs2">jobs2: 1</a>' in page
+    assert f'href="{dead}?_database=default"' not in page  # it holds none
 
 
 def test_a_list_shows_the_database_its_page_chose(admin_client):

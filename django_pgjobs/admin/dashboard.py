@@ -187,6 +187,52 @@ def database_links(alias: str) -> dict[str, str]:
     return {"db_page": databases.url_query(alias), "db_query": databases.url_query(alias, "&")}
 
 
+def total_cards(read: DatabasesRead, estimated: bool, capped: bool) -> dict[str, dict]:
+    """The dashboard's total cards (includes/card.html), each over every jobs database:
+    ``total``, ``url`` (its list), ``approx``, ``alert``, ``capped``, and with several databases
+    ``links``: (alias, count, its list on that database) of each database holding some. A list
+    shows one database: a card linked to the list alone opened the session's database, which
+    may hold none of what it counted."""
+    lists = {
+        "due": ("job", "view=due"),
+        "scheduled": ("job", "view=scheduled"),
+        "retrying": ("job", "view=retrying"),
+        "running": ("job", "view=running"),
+        "lease_expired": ("job", "view=lease_expired"),
+        "dead_letters": ("deadletter", ""),
+        "workers": ("worker", ""),
+    }
+    counts: dict[str, dict[str, int]] = {key: {} for key in lists}
+    for alias, queue in read.queues:
+        for key in lists:
+            if key != "workers":
+                counts[key][alias] = counts[key].get(alias, 0) + getattr(queue, key)
+    for worker in read.workers:
+        alias = worker["database"]
+        counts["workers"][alias] = counts["workers"].get(alias, 0) + int(bool(worker["alive"]))
+    cards = {}
+    for key, (model, view) in lists.items():
+        url = reverse(f"admin:django_pgjobs_{model}_changelist") + (f"?{view}" if view else "")
+        total = sum(counts[key].values())
+        links = None
+        if databases.several():
+            separator = "&" if view else "?"
+            links = [
+                (alias, count, url + databases.url_query(alias, separator))
+                for alias, count in counts[key].items()
+                if count
+            ]
+        cards[key] = {
+            "total": total,
+            "url": url,
+            "links": links,
+            "approx": estimated and key in ("due", "scheduled"),
+            "alert": key in ("lease_expired", "dead_letters") and total > 0,
+            "capped": capped and key == "dead_letters",
+        }
+    return cards
+
+
 def dashboard_view(model_admin, request):
     require_view(model_admin, request)
     registered = model_admin.admin_site._registry
@@ -213,6 +259,11 @@ def dashboard_view(model_admin, request):
         _("Jobs dashboard"),
         rows=rows,
         totals=totals,
+        cards=total_cards(
+            read,
+            estimated=any(q.estimated for q in queues),
+            capped=any(q.dead_letters_capped for q in queues),
+        ),
         workers=read.workers,
         several=databases.several(),
         show_dead=show_dead,
