@@ -217,6 +217,13 @@ def test_a_list_action_posted_without_naming_its_database_does_nothing(admin_cli
 
     assert refused.status_code == 400 and b"nothing was done" in refused.content
     assert Job.objects.using("jobs2").count() == Job.objects.using("default").count() == 1
+    # nor is one naming a database that holds no jobs run on the session's (a renamed alias)
+    for unknown in (
+        admin_client.post(f"{JOBS}?_database=jobs3", {**chosen, "post": "yes"}),
+        admin_client.get(f"{JOBS}?_database=jobs3"),
+    ):
+        assert unknown.status_code == 400 and b"No jobs database is named jobs3" in unknown.content
+    assert Job.objects.using("jobs2").count() == Job.objects.using("default").count() == 1
     # posted to the page's own URL, as the list's form does, it runs on jobs2
     admin_client.post(f"{JOBS}?_database=jobs2", {**chosen, "post": "yes"})
     assert not Job.objects.using("jobs2").exists() and Job.objects.using("default").exists()

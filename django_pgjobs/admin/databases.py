@@ -67,7 +67,8 @@ def on_chosen_database(view, site=None):
     sidebar, a breadcrumb, a bookmark) is redirected to the same URL naming the session's, so
     that the forms it shows (a changelist's action form posts to the page's own URL) carry it;
     a POST without it is refused (400) rather than run on whichever database the session names
-    by then. A database that cannot be read gives a page saying so, with the switcher to the
+    by then, and so is any request naming a database that holds no jobs (not run on the
+    session's). A database that cannot be read gives a page saying so, with the switcher to the
     others (503), not a server error: ``site`` (the admin site) draws it."""
 
     @functools.wraps(view)
@@ -75,6 +76,13 @@ def on_chosen_database(view, site=None):
         if not several():
             return view(request, *args, **kwargs)
         alias = chosen(request)
+        asked = request.GET.get(PARAM)
+        if asked is not None and asked != alias:  # names no jobs database: not another one's
+            return HttpResponseBadRequest(
+                _("No jobs database is named %(asked)s (they are: %(aliases)s): nothing was done.")
+                % {"asked": asked[:100], "aliases": ", ".join(job_databases())},
+                content_type="text/plain; charset=utf-8",
+            )
         if PARAM not in request.GET:
             if request.method in ("GET", "HEAD"):
                 return HttpResponseRedirect(on_this_database(request.get_full_path(), alias))
