@@ -71,6 +71,9 @@ def test_an_operator_adds_a_schedule_and_its_first_run_is_computed(admin_client)
         ("job_name", "os.system", "Select a valid choice"),
         ("args", '{"not": "a list"}', "A JSON array"),
         ("args", '["a", "b", "c"]', "The arguments do not fit"),
+        # nested past what Python reads (json.loads raised RecursionError: a server error)
+        ("args", "[" * 100_000 + "]" * 100_000, "Enter a valid JSON"),
+        ("kwargs", '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}", "Enter a valid JSON"),
     ],
 )
 def test_the_form_refuses_what_would_never_run(admin_client, field, value, error):

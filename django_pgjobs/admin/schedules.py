@@ -32,6 +32,25 @@ DEFINITION = ("job_name", "cron", "time_zone", "args", "kwargs", "catch_up")
 RECENT_FIRES = 20
 
 
+class ArgumentsField(forms.JSONField):
+    """Django's JSON form field, with JSON nested deeper than Python reads (a few thousand
+    levels) refused as invalid JSON, and shown back as typed, instead of a server error."""
+
+    def to_python(self, value):
+        try:
+            return super().to_python(value)
+        except RecursionError:
+            raise forms.ValidationError(
+                self.error_messages["invalid"], code="invalid", params={"value": "…"}
+            ) from None
+
+    def bound_data(self, data, initial):
+        try:
+            return super().bound_data(data, initial)
+        except RecursionError:
+            return forms.fields.InvalidJSONInput(data)
+
+
 class ScheduleForm(forms.ModelForm):
     job_name = forms.ChoiceField(
         label=gettext_lazy("Job name"), help_text=gettext_lazy("A registered job.")
@@ -40,6 +59,7 @@ class ScheduleForm(forms.ModelForm):
     class Meta:
         model = Schedule
         fields = ("name", "paused", *DEFINITION)
+        field_classes = {"args": ArgumentsField, "kwargs": ArgumentsField}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
