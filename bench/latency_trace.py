@@ -176,25 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     import psycopg
 
     from bench import sqlbench
-    from bench.run import LISTEN_GAP_SECONDS, make_durable, recreate_database, server_settings
+    from bench.run import LISTEN_GAP_SECONDS, django_database, server_settings
 
-    server = args.url
-    if not server:
-        from testproject import throwaway_pg
-
-        server = throwaway_pg.start()
-        make_durable(server)
-    base, _, _ = server.rpartition("/")
-    url = f"{base}/{DATABASE}"
-    out = ROOT / "bench-results" / time.strftime("latency-trace-%Y-%m-%dT%H%MZ", time.gmtime())
-    out.mkdir(parents=True, exist_ok=True)
-    recreate_database(server, DATABASE)
-    env = {
-        **os.environ,
-        "BENCH_DATABASE_URL": url,
-        "DJANGO_SETTINGS_MODULE": "bench.pgjobs_settings",
-        "PYTHONPATH": str(ROOT),
-    }
+    server, url, env, out = django_database(args.url, DATABASE, "latency-trace")
     this = [sys.executable, "-m", "bench.latency_trace", "--jobs", str(args.jobs)]
     worker = None
     try:

@@ -529,6 +529,31 @@ def recreate_database(server_url: str, name: str) -> None:
         conn.execute(f'CREATE DATABASE "{name}"')
 
 
+def django_database(server_url: str | None, name: str, results: str) -> tuple[str, str, dict, Path]:
+    """For a measurement run in child processes: the server (``server_url``, or a throwaway
+    server with durable commits when None), the database ``name`` made anew on it and its URL,
+    the environment that sets Django up on it (``bench.pgjobs_settings``) and a new folder
+    ``bench-results/<results>-<UTC time>/``."""
+    root = Path(__file__).resolve().parent.parent
+    if not server_url:
+        from testproject import throwaway_pg
+
+        server_url = throwaway_pg.start()
+        make_durable(server_url)
+    base, _, _ = server_url.rpartition("/")
+    url = f"{base}/{name}"
+    out = root / "bench-results" / time.strftime(f"{results}-%Y-%m-%dT%H%MZ", time.gmtime())
+    out.mkdir(parents=True, exist_ok=True)
+    recreate_database(server_url, name)
+    env = {
+        **os.environ,
+        "BENCH_DATABASE_URL": url,
+        "DJANGO_SETTINGS_MODULE": "bench.pgjobs_settings",
+        "PYTHONPATH": str(root),
+    }
+    return server_url, url, env, out
+
+
 DURABLE = ("fsync", "full_page_writes", "synchronous_commit")
 
 
