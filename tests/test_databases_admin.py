@@ -15,6 +15,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connections
 from django.db.utils import load_backend
+from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
@@ -223,6 +224,13 @@ def test_a_list_action_posted_without_naming_its_database_does_nothing(admin_cli
         admin_client.get(f"{JOBS}?_database=jobs3"),
     ):
         assert unknown.status_code == 400 and b"No jobs database is named jobs3" in unknown.content
+    # which databases there are is for those the admin lets in: others get its login page
+    anonymous = Client()
+    for response in (
+        anonymous.get(f"{JOBS}?_database=jobs3"),
+        anonymous.post(JOBS, {**chosen, "post": "yes"}),
+    ):
+        assert response.status_code == 302 and "/login/" in response.url, response.content
     assert Job.objects.using("jobs2").count() == Job.objects.using("default").count() == 1
     # posted to the page's own URL, as the list's form does, it runs on jobs2
     admin_client.post(f"{JOBS}?_database=jobs2", {**chosen, "post": "yes"})

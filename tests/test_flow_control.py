@@ -136,19 +136,20 @@ SLOW_PARTNERS = [
 ]
 
 
-def test_a_rate_limited_key_with_no_token_left_takes_no_lane_from_a_key_that_can_give():
-    """A key whose bucket is empty gives nothing now: an enqueue does not make it due before its
-    next token, and made due all the same (a retry, "Run now", a requeue) it takes no lane of a
-    flow claim. Ten such keys took all eight lanes, and a tenant's job waited."""
+def test_an_enqueue_makes_a_rate_limited_key_due_no_sooner_than_its_next_token():
+    """A key whose bucket is empty gives nothing now. Made due by each enqueue to it, such keys
+    took the lanes of the next flow claim: ten partner APIs at one call a minute took all eight,
+    and a tenant's ready job waited. (Made due early all the same, by "Run now" or a requeue,
+    such a key takes a lane once, and that claim moves it on to its next token.)"""
     claims = operations.ClaimBuilder(worker="test", queues=None, lease_seconds=60)
     for partner in SLOW_PARTNERS:
         partner.enqueue()
     assert len(operations.claim_jobs_flow(connection, claims.take(20), lanes=20).claimed) == 10
     partners = FlowKey.objects.filter(key__startswith="job:flow_slow_partner_")
+    partners.update(last_served_at=None)  # first in line
     for partner in SLOW_PARTNERS:  # the next call of each waits a minute for its token
         partner.enqueue()
     assert partners.filter(ready_at__gt=timezone.now() + timedelta(seconds=50)).count() == 10
-    partners.update(ready_at=timezone.now(), last_served_at=None)  # walked first
     flow.import_row.using(fairness_key="tenant:last").enqueue("last", 1)
     FlowKey.objects.exclude(key__startswith="job:").update(last_served_at=timezone.now())
     claimed = operations.claim_jobs_flow(connection, claims.take(10), lanes=8).claimed

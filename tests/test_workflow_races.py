@@ -13,7 +13,7 @@ from django.db import connection, connections, transaction
 from django.utils import timezone
 from helpers import wait_until, waiting_on_a_lock
 
-from django_pgjobs import chain, group, operations
+from django_pgjobs import chain, db, group, operations
 from django_pgjobs.models import DeadLetter, Job, Workflow
 from django_pgjobs.testing import run_jobs
 from django_pgjobs.workflows import abort_workflow
@@ -137,4 +137,38 @@ def test_a_step_dead_lettered_while_a_resume_commits_fails_the_resumed_workflow(
     # the step after the group, which the resume had made waiting again ('blocked') after the
     # failure's snapshot saw it cancelled, is cancelled with the workflow: left 'blocked', it
     # kept a failed workflow's page showing a waiting step, and the workflow from its pruning
+    assert Job.objects.get(workflow_id=workflow.pk, args=[9]).status == "cancelled"
+
+
+def test_a_step_failing_between_a_requeues_lock_and_its_resume_does_not_deadlock(caplog):
+    """The requeue locks the workflow, then resumes it (its cancelled steps made waiting). A
+    failure of another member in between must wait for the workflow's row before it touches a
+    step: it once locked the cancelled steps first (an unused CTE runs last, after those
+    declared below it), and each waited for the other until PostgreSQL cancelled one."""
+    later = timezone.now() + timedelta(hours=1)
+    second = wf.ship.using(run_after=later, queue="second").s(2)
+    workflow = chain(group(wf.ship.s(1), second), wf.email.s(9)).enqueue()
+    run_jobs()  # ship 1 is dead-lettered (no stock), the workflow fails, email is cancelled
+    letter = dead_letter_of(workflow, 1)
+    Job.objects.filter(workflow_id=workflow.pk, args=[2]).update(run_after=timezone.now())
+    locked, go = threading.Event(), threading.Event()
+
+    def requeue() -> list[int]:
+        with transaction.atomic():
+            db.execute(connection, "lock_dead_letter_workflows", {"ids": [letter]})
+            locked.set()
+            assert go.wait(30)
+            return operations.requeue_dead_letters(connection, [letter])
+
+    requeuing = Beside(requeue)
+    assert locked.wait(30)
+    failing = Beside(lambda: run_jobs(queues=["second"]))  # ship 2 fails, its last attempt
+    wait_until(lambda: failing.finished.is_set() or waiting_on_a_lock(), timeout=10)
+    go.set()
+
+    assert len(requeuing.result() or []) == 1, "the requeue failed (a deadlock?)"
+    assert failing.result().dead_lettered == 1
+    # PostgreSQL ends a deadlock by failing one side: the worker's statement, retried
+    assert "deadlock" not in caplog.text
+    assert Workflow.objects.get(pk=workflow.pk).state == "failed"
     assert Job.objects.get(workflow_id=workflow.pk, args=[9]).status == "cancelled"

@@ -75,6 +75,8 @@ def on_chosen_database(view, site=None):
     def wrapper(request, *args, **kwargs):
         if not several():
             return view(request, *args, **kwargs)
+        if not _signed_in(request, site):  # the admin's own check answers (the login page)
+            return view(request, *args, **kwargs)
         alias = chosen(request)
         asked = request.GET.get(PARAM)
         if asked is not None and asked != alias:  # names no jobs database: not another one's
@@ -107,6 +109,16 @@ def on_chosen_database(view, site=None):
             _current.reset(token)
 
     return wrapper
+
+
+def _signed_in(request, site) -> bool:
+    """Whether the admin lets ``request`` in (``site.has_permission``: an active staff user by
+    default): the answers about databases are for those it does, the others get its login
+    page from the view."""
+    if site is not None:
+        return site.has_permission(request)
+    user = getattr(request, "user", None)
+    return bool(user and user.is_active and user.is_staff)
 
 
 def unavailable(request, site, alias: str, error: Exception) -> TemplateResponse:

@@ -78,7 +78,8 @@ told AS (
     FROM (
         -- when the job may be claimed: at its run_after, and with a rate limit not before the
         -- key's next token (the bucket under this enqueue's limits, refilled to now). Made due
-        -- at once, a key whose bucket was empty was walked by every flow claim until then.
+        -- at once, a key whose bucket was empty took a lane of the next flow claim, which it
+        -- could give nothing: a stream of enqueues to such keys kept other keys waiting.
         SELECT GREATEST(inserted.run_after,
                         CASE WHEN %(rate)s::float8 IS NULL OR b.key IS NULL
                              THEN inserted.run_after
@@ -529,13 +530,9 @@ WITH lanes AS (
               AND (%(any_id)s OR j.id = ANY(%(only_ids)s::bigint[]))
               AND j.queue NOT IN (SELECT name FROM pgjobs_queue WHERE paused)
             OFFSET 0)
-        -- and a token left (a rate-limited key made due before its next token, by a retry,
-        -- "Run now" or a requeue, gives nothing now: as a lane it kept one from a key that
-        -- could give)
-        THEN (walk.rate IS NULL OR walk.available >= 1)
-             AND (walk.concurrency_limit IS NULL OR walk.concurrency_limit > (
-                 SELECT count(*) FROM pgjobs_job AS r
-                 WHERE r.flow_key = walk.key AND r.status = 'running'))
+        THEN walk.concurrency_limit IS NULL OR walk.concurrency_limit > (
+            SELECT count(*) FROM pgjobs_job AS r
+            WHERE r.flow_key = walk.key AND r.status = 'running')
         -- none: only to be told when it is due next (`served`), once no job of it is due
         -- anywhere or out
         ELSE NOT EXISTS (SELECT 1 FROM pgjobs_job AS o
@@ -927,18 +924,23 @@ ended_workflows AS (
     FROM (SELECT DISTINCT ON (workflow_id) workflow_id, workflow_step, name, id, outcome, reason
           FROM ended ORDER BY workflow_id, id) AS e
     WHERE w.id = e.workflow_id
-    RETURNING w.id
+    RETURNING w.id, w.finished_at = now() AS ended_here
 ),
 cancelled_steps AS (
-    -- 'cancelled' too: a step the snapshot shows cancelled may have been made waiting again
-    -- ('blocked') by the resume that the workflow's update waited for; PostgreSQL checks the
-    -- condition again on the row that resume committed, so it is cancelled, and a step the
-    -- resume made ready (no longer matching) is left to run. On 'blocked' alone, such a step
-    -- stayed blocked under the failed workflow, which was then never pruned.
+    -- Joined to ended_workflows, so that the workflows' rows are locked (and a resume holding
+    -- one waited for) before any step's row, as every statement of a workflow locks them; an
+    -- unused CTE runs at the end, after the ones declared below it, and locked the steps
+    -- first (a deadlock with a requeue resuming the workflow). 'cancelled' too, of a workflow
+    -- ended here: a step the snapshot shows cancelled may have been made waiting again
+    -- ('blocked') by the resume that was waited for; PostgreSQL checks the condition again on
+    -- the row that resume committed, so it is cancelled, and a step the resume made ready (no
+    -- longer matching) is left to run. On 'blocked' alone, such a step stayed blocked under
+    -- the failed workflow, which was then never pruned.
     UPDATE pgjobs_job AS j
     SET status = 'cancelled'
-    FROM (SELECT DISTINCT workflow_id FROM ended) AS e
-    WHERE j.workflow_id = e.workflow_id AND j.status IN ('blocked', 'cancelled')
+    FROM ended_workflows AS e
+    WHERE j.workflow_id = e.id
+      AND (j.status = 'blocked' OR (j.status = 'cancelled' AND e.ended_here))
       AND j.id NOT IN (SELECT id FROM ended)
     RETURNING j.id
 )
