@@ -45,6 +45,13 @@ class Acknowledgements:
         else:
             self.pending.append(job)
 
+    def unacknowledged(self, jobs: list[ClaimedJob]) -> list[ClaimedJob]:
+        """(Any thread: reads copies, no lock; the stop's log line.) ``jobs`` but for those
+        that succeeded and wait here for their acknowledgement."""
+        waiting = {job.id for job in list(self.pending)}
+        waiting.update(job.id for job, _ in list(self.with_results))
+        return [job for job in jobs if job.id not in waiting]
+
     def due(self) -> bool:
         """Send acknowledgements alone when enough wait, when nothing else is held (the batch
         cannot grow), or when the oldest has waited ``ACK_DELAY_SECONDS``."""

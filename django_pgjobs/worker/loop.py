@@ -90,16 +90,9 @@ class Worker:
         self.signal_handlers = SignalHandlers(
             self.stop,
             lambda: self.inbox.put(WAKE),
-            self._held_unfinished,
+            lambda: self.acks.unacknowledged(list(self.state.held.values())),
             self.options.install_signal_handlers,
         )
-
-    def _held_unfinished(self) -> list:
-        """(The signal handler's thread: copies, no lock.) The jobs held but for those that
-        succeeded and wait for their acknowledgement: for the stop's log line."""
-        acked = {job.id for job in list(self.acks.pending)}
-        acked.update(job.id for job, _ in list(self.acks.with_results))
-        return [job for job in list(self.state.held.values()) if job.id not in acked]
 
     def _wire(self, o: WorkerOptions) -> None:
         """Build the parts, each with what it uses. Thread ownership: the package docstring."""
