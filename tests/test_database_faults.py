@@ -117,7 +117,11 @@ def test_silently_dropped_connections_cost_no_attempt(start_worker, proxy):
     warm_up()
     proxy.sever()
     labels = enqueue_single_attempt_jobs()
-    assert_each_ran_on_its_first_attempt(labels)
+    try:
+        assert_each_ran_on_its_first_attempt(labels)
+    except AssertionError as failed:  # once in CI (4 s as a rule): the worker's log says why
+        rows = list(Job.objects.values_list("id", "status", "attempts", "worker"))
+        raise AssertionError(f"{failed}\njobs left: {rows}\n{worker.output()}") from None
     assert "handed back without spending an attempt" in worker.output()
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0, worker.output()
