@@ -5,7 +5,9 @@ answered (an unreachable server behind a firewall that drops packets). ``refuse(
 connection is reset and new ones are refused (a server that is down; ``restore()`` brings it
 back). ``sever()``: the server
 side of every open connection is closed, the client side is left open and silent and reset at
-its next write (a NAT or load balancer that forgot idle flows); new connections work.
+its next write (a NAT or load balancer that forgot idle flows), or at once when it waits for the
+answer to what it sent (a worker polling at that moment: it would wait for ever); new
+connections work.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ class _Pair:
         self.client = client
         self.server = server
         self.severed = False
+        self.in_flight = False  # the last bytes went from the client: it waits for an answer
 
 
 def _hang_up(sock: socket.socket) -> None:
@@ -89,6 +92,8 @@ class TcpProxy:
         for pair in pairs:
             pair.severed = True
             _hang_up(pair.server)
+            if pair.in_flight:  # its answer is lost with the flow: it would wait for ever
+                _reset(pair.client)
 
     def close(self) -> None:
         self.refuse()
@@ -127,10 +132,17 @@ class TcpProxy:
                         _reset(pair.client)  # the forgotten flow answers its next write
                     return
                 if not self.blackholed:
+                    pair.in_flight = from_client
                     target.sendall(data)
         except OSError:
             pass
-        if pair.severed or self.blackholed:
+        if pair.severed:
+            # a request that was on its way when the flow was forgotten gets no answer: reset,
+            # or the client (its statement sent) waits for ever, as no later write comes
+            if from_client and pair.in_flight:
+                _reset(pair.client)
+            return
+        if self.blackholed:
             return
         _hang_up(pair.client)
         _hang_up(pair.server)
