@@ -1499,7 +1499,8 @@ SELECT id FROM deleted UNION ALL SELECT id FROM stopped;
 
 -- name: abort_jobs
 -- Abort jobs: request the abort of running ones (kept: the first request's time and requester)
--- and wake the workers listening on pgjobs_abort (payload: the job id; sent at commit), and,
+-- and wake the workers listening on pgjobs_abort (payload: the job ids, comma-separated; sent
+-- at commit), and,
 -- when `cancel_waiting`, cancel the ones still waiting (as cancel_jobs: a step of a workflow is
 -- kept as 'cancelled' and its workflow aborted). Returns the ids of each.
 -- The CTEs see one snapshot and touch disjoint rows; a job claimed or retried between that
@@ -1527,7 +1528,13 @@ requested AS (
     RETURNING id
 ),
 woken AS (
-    SELECT pg_notify('pgjobs_abort', id::text) FROM requested
+    -- one notification for up to 500 ids (comma-separated: within NOTIFY's 8,000 bytes), so a
+    -- worker marks the held jobs of one abort together: sent one by one, the running step of
+    -- an aborted workflow could stop on its own notice and its executor start a held step whose
+    -- notice the worker had not yet taken
+    SELECT pg_notify('pgjobs_abort', string_agg(id::text, ',' ORDER BY id))
+    FROM (SELECT id, (row_number() OVER (ORDER BY id) - 1) / 500 AS chunk FROM requested) AS r
+    GROUP BY chunk
 )
 SELECT ARRAY(SELECT id FROM requested) AS requested,
        ARRAY(SELECT id FROM cancelled UNION ALL SELECT id FROM stopped) AS cancelled,

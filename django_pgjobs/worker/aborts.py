@@ -1,8 +1,8 @@
 """Aborts of held jobs: how the dispatcher learns that an abort was requested, and what it does.
 
 ``django_pgjobs.abort()`` (or the admin's "Abort") sets ``abort_requested_at`` on a running job
-and sends NOTIFY ``pgjobs_abort`` with the job's id. The listener passes it on as an
-``AbortNotice``; a worker that does not LISTEN learns it from its next heartbeat
+and sends NOTIFY ``pgjobs_abort`` with the ids of that request's jobs (comma-separated). The
+listener passes it on as an ``AbortNotice``; a worker that does not LISTEN learns it from its next heartbeat
 (``extend_leases`` returns which held jobs have an abort requested). Either way the dispatcher
 marks the held ``ClaimedJob`` (``abort_requested``, what ``current_job()`` shows the handler)
 and cancels an async job's task (``ExecutorPool.cancel_async``). How the attempt then ends: ``failures.py``.
@@ -25,14 +25,16 @@ ABORT_CHANNEL = "pgjobs_abort"
 
 @dataclass
 class AbortNotice:
-    """(Listener to dispatcher.) An abort was requested for the job with this id."""
+    """(Listener to dispatcher.) An abort was requested for the jobs with these ids (one
+    request's, marked together)."""
 
-    job_id: int
+    job_ids: tuple[int, ...]
 
 
 def parse_notice(payload: str) -> AbortNotice | None:
+    """The ids of a ``pgjobs_abort`` payload: comma-separated (one id before 2026-11-28)."""
     try:
-        return AbortNotice(int(payload))
+        return AbortNotice(tuple(int(part) for part in payload.split(",")))
     except ValueError:
         return None  # not ours: a NOTIFY on the channel by something else
 

@@ -374,7 +374,7 @@ class Worker:
         if item is WAKE:
             return
         if isinstance(item, AbortNotice):
-            mark_aborted(state, self.executors, [item.job_id])
+            mark_aborted(state, self.executors, item.job_ids)
             return
         self.starts.finished(item.job)  # whatever the outcome: the statement ending it records it
         try:
