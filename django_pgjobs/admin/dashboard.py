@@ -250,28 +250,21 @@ def dashboard_view(model_admin, request):
         {**row, "database": alias, **database_links(alias)}
         for row, (alias, _) in zip(queue_rows(queues), read.queues, strict=True)
     ]
-    totals = {
-        key: sum(getattr(q, key) for q in queues)
-        for key in ("due", "scheduled", "retrying", "running", "lease_expired", "dead_letters")
-    }
+    estimated = any(q.estimated for q in queues)
     context = model_admin.page_context(
         request,
         _("Jobs dashboard"),
         rows=rows,
-        totals=totals,
         cards=total_cards(
-            read,
-            estimated=any(q.estimated for q in queues),
-            capped=any(q.dead_letters_capped for q in queues),
+            read, estimated=estimated, capped=any(q.dead_letters_capped for q in queues)
         ),
         workers=read.workers,
         several=databases.several(),
         show_dead=show_dead,
         show_workers=show_workers,
-        dead_letters_capped=any(q.dead_letters_capped for q in queues),
         count_cap=overview.COUNT_CAP,
         workers_alive=sum(1 for w in read.workers if w["alive"]),
-        estimated=any(q.estimated for q in queues),
+        estimated=estimated,
         chart=chart_bars(read.points),
         chart_minutes=overview.CHART_MINUTES,
         recent_minutes=overview.RECENT_MINUTES,

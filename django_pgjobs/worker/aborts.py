@@ -2,10 +2,11 @@
 
 ``django_pgjobs.abort()`` (or the admin's "Abort") sets ``abort_requested_at`` on a running job
 and sends NOTIFY ``pgjobs_abort`` with the ids of that request's jobs (comma-separated). The
-listener passes it on as an ``AbortNotice``; a worker that does not LISTEN learns it from its next heartbeat
-(``extend_leases`` returns which held jobs have an abort requested). Either way the dispatcher
-marks the held ``ClaimedJob`` (``abort_requested``, what ``current_job()`` shows the handler)
-and cancels an async job's task (``ExecutorPool.cancel_async``). How the attempt then ends: ``failures.py``.
+listener passes it on as an ``AbortNotice``; a worker that does not LISTEN learns it from its
+next heartbeat (``extend_leases`` returns which held jobs have an abort requested). Either way
+the dispatcher marks the held ``ClaimedJob`` (``abort_requested``, what ``current_job()`` shows
+the handler) and cancels an async job's task (``ExecutorPool.cancel_async``). How the attempt
+then ends: ``failures.py``.
 """
 
 from __future__ import annotations
