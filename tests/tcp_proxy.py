@@ -36,11 +36,18 @@ def _hang_up(sock: socket.socket) -> None:
 
 
 def _reset(sock: socket.socket) -> None:
+    """Close with an RST. The shutdown wakes a pump thread blocked in recv() on this socket:
+    while one is, close() alone sends nothing, and a client waiting for its answer waits for
+    ever (the kernel keeps the socket for the blocked call)."""
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        sock.close()
+    except OSError:
+        return
+    try:
+        sock.shutdown(socket.SHUT_RD)  # no FIN; the blocked recv() returns b""
     except OSError:
         pass
+    sock.close()
 
 
 class TcpProxy:
