@@ -15,7 +15,7 @@ from helpers import wait_until
 
 from django_pgjobs.models import DeadLetter, Job, Worker
 from testproject.demo import jobs as demo
-from testproject.demo.models import Execution
+from testproject.demo.models import Counter, Execution
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -102,15 +102,25 @@ def test_sigterm_or_ctrl_c_stops_the_worker_gracefully(start_worker, stop):
     exited at once and killed the worker's process: its job stayed running until its lease.)
     Ctrl-C in a terminal signals the whole process group: the first process waits, and the
     worker's process stops as on SIGTERM. (The first process once ignored SIGINT, and its child
-    inherited that: Ctrl-C did nothing.)"""
+    inherited that: Ctrl-C did nothing.)
+
+    The signal comes once the handler runs (it has written its metadata), and the job finishes
+    only after it. Signalled as soon as the row said 'running', a loaded machine's worker had
+    at times not yet handed the claimed job to its executor: handed back unstarted, as it
+    should be, which is not what this test is about."""
+    Counter.objects.create(name="reload-stop", value=0)
+    queued = demo.stepwise.enqueue("reload-stop", 1)
     worker = start_worker("--reload", "--concurrency", "1")
-    demo.record.enqueue("running", sleep=1.5)
-    wait_until(lambda: Job.objects.filter(status="running").exists(), timeout=60, interval=0.02)
+    wait_until(lambda: Job.objects.get(pk=queued.pk).metadata, timeout=60, interval=0.02)
     if stop == "ctrl-c-to-both":
         os.killpg(worker.popen.pid, signal.SIGINT)  # the test made it a group of its own
     else:
         worker.signal(signal.SIGTERM)
+    time.sleep(0.5)  # the stop is under way while the job still runs
+    assert worker.popen.poll() is None, worker.output()
+    Counter.objects.filter(name="reload-stop").update(value=1)  # the job's one step is done
     assert worker.wait(timeout=30) == 0, worker.output()
-    assert labels() == ["running"]
-    wait_until(lambda: not Job.objects.exists(), timeout=5)
+    finished = Job.objects.get(pk=queued.pk)  # kept with its result (keep_result=True)
+    assert (finished.status, finished.attempts, finished.result) == ("successful", 1, 1)
+    assert "handed back" not in worker.output()
     assert not Worker.objects.exists()
