@@ -7,13 +7,14 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
+import psycopg
 import pytest
 from admin_data import job, make_user, said
 from django.db import transaction
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
-from helpers import run_worker
+from helpers import database_url_for_tests, run_worker
 
 from django_pgjobs import Aborted, abort, operations
 from django_pgjobs.db import jobs_connection
@@ -46,6 +47,34 @@ def test_abort_requests_running_cancels_waiting_and_reports_the_rest():
     assert abort(busy.pk, requested_by="someone else").requested == [busy.pk]  # idempotent
     busy.refresh_from_db()
     assert (busy.abort_requested_at, busy.abort_requested_by) == (first, "django_pgjobs.abort()")
+
+
+def test_abort_tells_each_worker_its_jobs_within_notifys_limit_whatever_the_ids():
+    """NOTIFY refuses a payload of 8,000 bytes: 800 running jobs of two workers, ids of 19
+    digits, are told in notifications of one worker's ids each, every one under the limit."""
+    big = 10**18
+    Job.objects.bulk_create(
+        Job(
+            id=big + i,
+            name="testproject.demo.jobs.record",
+            queue="default",
+            status="running",
+            attempts=1,
+            claim_token=uuid.uuid4(),
+            worker=f"w{i % 2}",
+            lease_expires_at=timezone.now() + timedelta(minutes=1),
+        )
+        for i in range(800)
+    )
+    with psycopg.connect(database_url_for_tests(), autocommit=True) as listening:
+        listening.execute("LISTEN pgjobs_abort")
+        assert len(abort([big + i for i in range(800)]).requested) == 800
+        payloads = [n.payload for n in listening.notifies(timeout=5, stop_after=4)]
+    told = [[int(part) for part in payload.split(",")] for payload in payloads]
+    assert max(len(payload.encode()) for payload in payloads) < 8000
+    assert all(len({i % 2 for i in ids}) == 1 for ids in told)  # one worker's ids each
+    assert sorted(i for ids in told for i in ids) == [big + i for i in range(800)]
+    assert len(told) == 4  # 400 ids a worker: two notifications each
 
 
 def test_abort_takes_effect_with_the_callers_transaction():

@@ -1525,16 +1525,18 @@ requested AS (
     SET abort_requested_at = COALESCE(abort_requested_at, now()),
         abort_requested_by = COALESCE(abort_requested_by, %(requested_by)s::text)
     WHERE id = ANY(%(ids)s::bigint[]) AND status = 'running'
-    RETURNING id
+    RETURNING id, worker
 ),
 woken AS (
-    -- one notification for up to 500 ids (comma-separated: within NOTIFY's 8,000 bytes), so a
-    -- worker marks the held jobs of one abort together: sent one by one, the running step of
-    -- an aborted workflow could stop on its own notice and its executor start a held step whose
-    -- notice the worker had not yet taken
+    -- one notification for up to 390 ids of one worker (comma-separated: 7,799 bytes at most,
+    -- within NOTIFY's 8,000 whatever the ids), so a worker marks the held jobs of one abort
+    -- together: sent one by one, the running step of an aborted workflow could stop on its own
+    -- notice and its executor start a held step whose notice the worker had not yet taken
     SELECT pg_notify('pgjobs_abort', string_agg(id::text, ',' ORDER BY id))
-    FROM (SELECT id, (row_number() OVER (ORDER BY id) - 1) / 500 AS chunk FROM requested) AS r
-    GROUP BY chunk
+    FROM (SELECT id, worker,
+                 (row_number() OVER (PARTITION BY worker ORDER BY id) - 1) / 390 AS chunk
+          FROM requested) AS r
+    GROUP BY worker, chunk
 )
 SELECT ARRAY(SELECT id FROM requested) AS requested,
        ARRAY(SELECT id FROM cancelled UNION ALL SELECT id FROM stopped) AS cancelled,

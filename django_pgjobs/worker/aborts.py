@@ -42,15 +42,20 @@ def parse_notice(payload: str) -> AbortNotice | None:
 
 def mark_aborted(state: DispatcherState, executors: ExecutorPool, job_ids: Iterable[int]) -> int:
     """(Dispatcher.) Mark the held jobs among ``job_ids`` as abort requested; returns how many
-    were newly marked. Ids this worker does not hold are someone else's (or finished)."""
+    were newly marked. Ids this worker does not hold are someone else's (or finished).
+
+    Every job is marked before any task is cancelled or any line logged: an executor whose job
+    stops on its mark (``raise_if_aborted``) takes its next held job at once, and that job's
+    mark must be there already (an aborted workflow's held step would run otherwise)."""
     state.owner.check()
-    marked = 0
+    newly = []
     for job_id in job_ids:
         job = state.held.get(job_id)
         if job is None or job.abort_requested:
             continue
         job.abort_requested = True
-        marked += 1
+        newly.append(job)
+    for job in newly:
         # an async job's task is cancelled now; its outcome is then a failure with this error
         error = Aborted(f"job #{job.id} was cancelled: its abort was requested")
         cancelled = executors.cancel_async(job, error)
@@ -60,4 +65,4 @@ def mark_aborted(state: DispatcherState, executors: ExecutorPool, job_ids: Itera
             job.id,
             " (its task was cancelled)" if cancelled else "",
         )
-    return marked
+    return len(newly)

@@ -42,7 +42,7 @@ class Listener:
     def run(self) -> None:
         """Wake the dispatcher on NOTIFY pgjobs (payload: the queue of a due job, ``flow:<queue>``
         for a job with a flow key: its flow claim too); pass on
-        NOTIFY pgjobs_abort (payload: a job id)."""
+        NOTIFY pgjobs_abort (payload: job ids, comma-separated) as an ``AbortNotice``."""
         inbox, wanted = self.inbox, self.wanted
         stop = self.stop.requested
         delay = FIRST_WAIT_SECONDS
