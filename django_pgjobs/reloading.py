@@ -70,10 +70,6 @@ class ReloadingWorker:
         self.thread.join(self.worker.options.shutdown_grace + JOIN_MARGIN_SECONDS)
 
 
-def _wait_for_the_child(signum, frame) -> None:
-    """(The first process, on SIGINT.) Nothing: the terminal's Ctrl-C reached the child too."""
-
-
 def watch_over_children() -> int:
     """(The first process.) Start the worker's process again each time it exits with status 3
     (a code change), as Django's ``restart_with_reloader`` does, passing SIGTERM on to it and
@@ -88,11 +84,17 @@ def watch_over_children() -> int:
         if children and children[-1].poll() is None:
             children[-1].send_signal(signal.SIGTERM)
 
+    def wait_for_the_child(signum, frame) -> None:
+        """SIGINT: the terminal's Ctrl-C reached the child too, which stops on it (passed on,
+        it would be a second signal there: running jobs given up). Only no child after it,
+        even if this one ends for a code change."""
+        stopping.append(signum)
+
     previous = {
         signal.SIGTERM: signal.signal(signal.SIGTERM, pass_on),
         # a handler that does nothing, not SIG_IGN: an ignored signal stays ignored in the
         # child, whose Ctrl-C then did nothing at all (a handler is reset there to the default)
-        signal.SIGINT: signal.signal(signal.SIGINT, _wait_for_the_child),
+        signal.SIGINT: signal.signal(signal.SIGINT, wait_for_the_child),
     }
     try:
         while not stopping:
