@@ -178,27 +178,71 @@ def test_an_unreachable_broker_gives_events_back_with_a_growing_wait():
     assert [m.payload()["n"] for m in sent] == [0, 1] and unit.failures == 0
 
 
-@pytest.mark.parametrize("raised", [ConnectionError("broker gone"), BrokerRefused("broker gone")])
-def test_a_publisher_that_raises_instead_of_returning_outcomes_counts_as_unavailable(raised):
-    """A publisher object must return one outcome per message; one that raises (a natural
-    mistake) took the relay down with it, and runjobs with it: its events are given back. Even
-    when what it raises is ``BrokerRefused``: it cannot say which message was refused, so it
-    does not dead-letter the whole batch."""
+class RaisingPublisher:
+    """A publisher object that raises for a whole batch instead of returning outcomes (a
+    natural mistake): ``raised(messages)`` says what, or None to publish them all."""
+
+    def __init__(self, raised) -> None:
+        self.raised = raised
+        self.sent: list = []
+
+    def publish_batch(self, messages):
+        error = self.raised(messages)
+        if error is not None:
+            raise error
+        self.sent.extend(messages)
+        return [None] * len(messages)
+
+    def close(self):
+        pass
+
+
+def test_a_publisher_that_raises_instead_of_returning_outcomes_counts_as_unavailable():
+    """A publisher object must return one outcome per message; one that raised took the relay
+    down with it, and runjobs with it: its events are given back."""
     event_id = publish("t", {"n": 0}, key="k")
-
-    class Raising:
-        def publish_batch(self, messages):
-            raise raised
-
-        def close(self):
-            pass
-
     unit = relay(lambda message: None, retry_base_seconds=1)
-    unit.publisher = Raising()
+    unit.publisher = RaisingPublisher(lambda messages: ConnectionError("broker gone"))
     assert unit.run_once().retried == 1
     event = OutboxEvent.objects.get(id=event_id)
     assert event.attempts == 1 and "broker gone" in event.last_error
     assert not OutboxDeadLetter.objects.exists()
+
+
+def test_broker_refused_raised_for_a_batch_dead_letters_only_the_refused_event():
+    """``BrokerRefused`` raised for a batch says one of its messages was refused, not which:
+    each is published again alone, the refused one dead-lettered, the one the broker cannot
+    take now given back, the rest published. (All given back, the same batch was refused at
+    every try, for ever.)"""
+    poison = publish("t", {"n": 0}, key="a")
+    fine = [publish("t", {"n": 1}, key="b"), publish("t", {"n": 2})]
+    unreachable = publish("t", {"n": 3}, key="c")
+
+    def raised(messages):
+        ids = {m.id for m in messages}
+        if poison in ids:
+            return BrokerRefused("no route" if len(ids) == 1 else "one of them has no route")
+        if ids == {unreachable}:
+            return ConnectionError("partition c unavailable")
+        return None
+
+    unit = relay(lambda message: None, retry_base_seconds=1)
+    unit.publisher = publisher = RaisingPublisher(raised)
+    counts = unit.run_once()
+    assert (counts.published, counts.dead_lettered, counts.retried) == (2, 1, 1)
+    assert sorted(m.id for m in publisher.sent) == sorted(fine)
+    dead = OutboxDeadLetter.objects.get()
+    assert (dead.id, dead.error) == (poison, "no route")
+    assert list(OutboxEvent.objects.values_list("id", flat=True)) == [unreachable]
+    assert "partition c unavailable" in OutboxEvent.objects.get().last_error
+
+
+def test_broker_refused_raised_for_a_batch_of_one_dead_letters_it():
+    event_id = publish("t", {"n": 0}, key="k")
+    unit = relay(lambda message: None, retry_base_seconds=1)
+    unit.publisher = RaisingPublisher(lambda messages: BrokerRefused("no route"))
+    assert unit.run_once().dead_lettered == 1
+    assert OutboxDeadLetter.objects.get().id == event_id
 
 
 def test_a_relay_whose_lease_ran_out_deletes_nothing_another_relay_holds():

@@ -141,10 +141,7 @@ class OutboxRelay(MaintenanceUnit):
             outcomes = self.publisher.publish_batch(messages) if messages else []
         except Exception as raised:  # it must return outcomes; one that raises: unavailable
             logger.exception("the outbox publisher raised instead of returning outcomes")
-            # unavailable for every message, whatever it raised: a BrokerRefused raised for the
-            # batch cannot say which message was refused, and must not dead-letter them all
-            failure = ConnectionError(str(raised)) if isinstance(raised, BrokerRefused) else raised
-            outcomes = [failure] * len(messages)
+            outcomes = self._outcomes_after(raised, messages)
         published = [m.id for m, outcome in zip(messages, outcomes, strict=True) if outcome is None]
         self._mark_published(connection, published, token)
         refused = [
@@ -167,6 +164,23 @@ class OutboxRelay(MaintenanceUnit):
             return self._give_back(connection, failed, token, counts), len(rows)
         self.failures = 0
         return counts, len(rows)
+
+    def _outcomes_after(self, raised: Exception, messages: list[Message]) -> list:
+        """The outcomes of a batch whose ``publish_batch`` raised ``raised``: unavailable for
+        every message, unless it is ``BrokerRefused``. That says a message was refused, not
+        which: dead-lettering them all would lose the good ones, retrying them all would never
+        end (the same batch, refused again). So each is published again alone, in order, and
+        gets its own outcome. (A batch holds one event of a key at most: outbox_claim.)"""
+        if not isinstance(raised, BrokerRefused) or len(messages) == 1:
+            return [raised] * len(messages)
+        outcomes = []
+        for message in messages:
+            try:
+                (outcome,) = self.publisher.publish_batch([message])
+            except Exception as alone:  # raised for this message alone: its own outcome
+                outcome = alone
+            outcomes.append(outcome)
+        return outcomes
 
     def _mark_published(self, connection, ids: list[int], token: str) -> None:
         if ids:
