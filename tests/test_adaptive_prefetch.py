@@ -124,13 +124,14 @@ def test_a_no_flags_worker_stopped_hands_back_its_prefetched_jobs_unspent(
     assert "handed back" in worker.output()
     # the stop's log line counts the jobs running apart from those it hands back (more than 12
     # held). Those that ran and whose outcome the dispatcher has not taken yet count as running
-    # (read on the signal's thread), beside the jobs their executors started next: up to twice
-    # the executors, never the prefetched ones too
+    # (read on the signal's thread), beside the jobs their executors started next: a few rounds
+    # of the executors when the dispatcher was slow to take them (20 ms jobs, a statement
+    # slowed on a loaded machine), never the prefetched ones too
     stopping = r"SIGTERM: stopping; waiting up to \S+ for (\d+) running job\(s\) \((\d+) prefetched"
     said = re.findall(stopping, worker.output())
     assert said, worker.output()
     running, prefetched = (int(count) for count in said[0])
-    assert running <= 2 * DEFAULT_CONCURRENCY and DEFAULT_CONCURRENCY < running + prefetched, said
+    assert running <= 4 * DEFAULT_CONCURRENCY and DEFAULT_CONCURRENCY < running + prefetched, said
     left = list(Job.objects.values_list("status", "attempts"))
     assert left and all(row == ("ready", 0) for row in left), left[:5]  # no attempt spent
     survivor = start_worker()
