@@ -49,6 +49,17 @@ class RunJobsInATestCase(TestCase):
         labels = Execution.objects.filter(label__startswith="start:").order_by("id")
         self.assertEqual([e.label for e in labels], ["start:1:0", "start:1:1", "start:1:2"])
 
+    def test_a_keyed_job_a_plain_job_enqueued_runs_in_the_same_call(self):
+        """run_jobs() has no notifications: a keyed job enqueued by a job it ran is found by
+        the flow claim it makes before it ends (it ended after the plain claim's look, and the
+        keyed job waited for the next call)."""
+        from testproject.handlers import flow
+
+        flow.place_order.enqueue(7)
+        self.assertEqual(run_jobs().succeeded, 2)
+        labels = Execution.objects.order_by("id").values_list("label", flat=True)
+        self.assertEqual(list(labels), ["placed:7", "start:7:0", "end:7:0"])
+
     def test_an_async_job_writes_through_the_tests_connection(self):
         demo.record_async.enqueue("async")
         self.assertEqual(run_jobs().succeeded, 1)

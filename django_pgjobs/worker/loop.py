@@ -314,9 +314,9 @@ class Worker:
         ):
             if claimer.finished_at_claim == self.state.stats.finished:
                 return True
-            # jobs finished since the last claim, and may have enqueued more (a chain's next
-            # step): look once more before leaving
-            claimer.more_ready = True
+            # jobs finished since the last claim may have enqueued more (a chain's next step,
+            # a keyed job): both claims look once more before leaving
+            claimer.more_ready, claimer.flow_at = True, time.monotonic()
         return claimer.limit_reached() and not self.state.held
 
     def _wait_out(self, error: DatabaseError, turns: Turns) -> None:

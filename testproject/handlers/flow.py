@@ -31,6 +31,13 @@ def sync_order(order_id: int, step: int, seconds: float = 0.0) -> None:
     _mark(f"end:{order_id}:{step}")
 
 
+# A plain job that hands on to a keyed one (an order placed, then synced under the order's key).
+@job(queue="flow")
+def place_order(order_id: int) -> None:
+    _mark(f"placed:{order_id}")
+    sync_order.using(concurrency_key=f"order:{order_id}").enqueue(order_id, 0)
+
+
 # At most two exports of one account at once.
 @job(queue="flow", concurrency_limit=2)
 def export_account(account_id: int, part: int, seconds: float = 0.0) -> None:
