@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import sys
 import zoneinfo
 from typing import Any
 
 from cronsim import CronSim, CronSimError
+
+from .payload import ArgumentsNotJSON, dump_arguments
 
 #: The ``@``-aliases of cron, as five fields.
 ALIASES = {
@@ -174,6 +177,10 @@ class Cron:
             zone(self.time_zone)
         if not isinstance(self.args, (tuple, list)) or not isinstance(self.kwargs, dict):
             raise ValueError("Cron args must be a tuple or list and kwargs a dict")
+        try:  # refused here, at import, not by every worker at its start (sync_declared)
+            dump_arguments(self.args, self.kwargs, sys.maxsize)
+        except ArgumentsNotJSON as error:
+            raise ArgumentsNotJSON(f"Cron({self.expression!r}): {error}") from None
         if isinstance(self.catch_up, bool) or not isinstance(self.catch_up, int):
             raise ValueError(f"catch_up must be an int, not {self.catch_up!r}")
         if not 0 <= self.catch_up <= 1000:

@@ -125,10 +125,15 @@ def unfit(definition: Any, args: Any, kwargs: Any) -> str | None:
         return problem
     try:
         definition.check_arguments(args, kwargs)
-        unique_key_of(definition, args, kwargs)
         flow_params(definition, None, definition.get_queue())  # limits that cannot combine
     except (TypeError, ValueError) as error:
         return str(error)
+    try:
+        unique_key_of(definition, args, kwargs)
+    except (TypeError, ValueError) as error:
+        return str(error)
+    except Exception as error:  # the project's own function: a KeyError, an AttributeError...
+        return f"its unique_key function raised {type(error).__name__}: {error}"
     return None
 
 

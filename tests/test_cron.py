@@ -4,11 +4,13 @@ database."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 
 from django_pgjobs import Cron, registry
 from django_pgjobs.cron import fields_of, next_after, plan
+from django_pgjobs.payload import ArgumentsNotJSON
 
 UTC = dt.timezone.utc
 NOW = dt.datetime(2026, 11, 24, 8, 20, 30, tzinfo=UTC)  # a Tuesday
@@ -80,6 +82,20 @@ def test_cron_checks_what_it_is_given():
     with pytest.raises(ValueError, match="args must be a tuple"):
         Cron("@daily", args="abc")
     assert Cron("@daily", args=[1]).args == (1,)
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, said",
+    [
+        ((), {"older_than": dt.timedelta(days=30)}, "kwargs['older_than'] is a datetime.timedelta"),
+        ((float("nan"),), {}, "args[0] is nan"),
+        (("a\x00b",), {}, "args[0] contains a NUL character"),
+    ],
+)
+def test_cron_refuses_arguments_that_are_not_json_when_declared(args, kwargs, said):
+    """Accepted, they stopped every worker at its start (their schedule row is written then)."""
+    with pytest.raises(ArgumentsNotJSON, match=re.escape(f"Cron('0 3 * * *'): {said}")):
+        Cron("0 3 * * *", args=args, kwargs=kwargs)
 
 
 def test_job_cron_is_checked_when_the_module_is_imported():

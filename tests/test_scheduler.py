@@ -299,6 +299,30 @@ def test_the_schedules_declared_in_code_are_written_as_rows_once(declared):
     assert Schedule.objects.get(name=minute.name).paused
 
 
+def test_a_declared_schedule_changed_in_a_deploy_keeps_the_fire_time_the_deploy_missed(declared):
+    """Workers down for a deploy that changes a declared schedule's arguments: the fire time
+    missed meanwhile keep their misfire policy (catch_up=1: the last runs), as they would
+    unchanged.
+    The row's next fire time was recomputed from the present, and none of them ran.
+    A new cron or time zone has no such time to keep: its next fire time starts afresh."""
+    minute = declared.every_minute.name
+    scheduler(Clock(dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC))).run_once()
+    Schedule.objects.filter(name=minute).update(args=["the release before"])
+    after_deploy = scheduler(Clock(dt.datetime(2026, 1, 5, 9, 5, 30, tzinfo=UTC))).run_once()
+    row = Schedule.objects.get(name=minute)
+    # 09:05 is on time (within the grace); of the four missed, the last runs (catch_up=1)
+    assert (after_deploy.synced, after_deploy.fired, after_deploy.skipped) == (1, 2, 3)
+    assert fire_times(row) == minutes(dt.datetime(2026, 1, 5, 9, 4, tzinfo=UTC), 2)
+    assert row.args == list(declared.every_minute.cron.args)
+
+    Schedule.objects.filter(name=minute).update(cron="@hourly")
+    clock = Clock(dt.datetime(2026, 1, 5, 9, 20, 30, tzinfo=UTC))
+    assert scheduler(clock).run_once().fired == 0  # 09:06-09:20 were not its times
+    assert Schedule.objects.get(name=minute).next_fire_at == dt.datetime(
+        2026, 1, 5, 9, 21, tzinfo=UTC
+    )
+
+
 def test_a_schedule_added_in_the_admin_is_not_overwritten_by_a_declared_one(declared, caplog):
     Schedule.objects.create(
         name=declared.every_minute.name, job_name=RECORD, cron="@hourly", args=["mine"]
@@ -385,6 +409,32 @@ def test_a_schedule_whose_arguments_no_longer_fit_its_job_is_not_fired(caplog):
     Schedule.objects.filter(pk=row.pk).update(args=["fixed"], kwargs={})
     clock.now += dt.timedelta(minutes=1)
     assert unit.run_once().fired == 1
+
+
+def _order_report(order: dict) -> None:
+    pass
+
+
+def test_a_schedule_whose_unique_key_function_raises_is_not_fired(caplog):
+    """The job's own unique_key function fails on the schedule's arguments (a KeyError, as
+    ``order["id"]`` on an admin schedule's ``{"number": 5}``): that schedule is passed over,
+    logged once, and the others fire. It once stopped the worker, and every worker after it."""
+    declared = job(name="tests.order_report", unique_key=lambda order: f"o{order['id']}")(
+        _order_report
+    )
+    registry._REGISTRY.pop(declared.name, None)
+    start = dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=UTC)
+    with registered_for_the_test(declared):
+        schedule("* * * * *", start, name="bad", job_name=declared.name, args=[{"number": 5}])
+        schedule("* * * * *", start, name="good", job_name=declared.name, args=[{"id": 5}])
+        clock = Clock(start + dt.timedelta(minutes=1))
+        counts = scheduler(clock).run_once()
+        assert (counts.fired, counts.invalid) == (1, 1)
+        assert list(Job.objects.values_list("unique_key", flat=True)) == ["o5"]
+        assert "its unique_key function raised KeyError: 'id'" in caplog.text
+        assert schedules.unfit(declared, [{"number": 5}], {}) == (
+            "its unique_key function raised KeyError: 'id'"
+        )
 
 
 def _nightly() -> None:

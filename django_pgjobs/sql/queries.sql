@@ -1897,8 +1897,10 @@ WHERE id = %(schedule_id)s AND changed_at = %(changed_at)s
 
 -- name: sync_schedule
 -- Write a schedule declared in code (@job(cron=...)) as its row: inserted, or updated when its
--- definition changed (its next fire time recomputed, its pause kept). A schedule of that name
--- added in the admin is left alone. Returns 'inserted' or 'updated'; no row: nothing to do.
+-- definition changed (its pause kept; its next fire time kept unless its cron or time zone
+-- changed: a time missed while the workers were down for the deploy that changed its arguments
+-- keeps its misfire policy). A schedule of that name added in the admin is left alone.
+-- Returns 'inserted' or 'updated'; no row: nothing to do.
 INSERT INTO pgjobs_schedule (name, job_name, cron, time_zone, args, kwargs, catch_up, paused,
                              source, next_fire_at, changed_at)
 VALUES (%(name)s, %(name)s, %(cron)s, %(time_zone)s, %(args)s::jsonb, %(kwargs)s::jsonb,
@@ -1906,7 +1908,10 @@ VALUES (%(name)s, %(name)s, %(cron)s, %(time_zone)s, %(args)s::jsonb, %(kwargs)s
 ON CONFLICT (name) DO UPDATE
 SET job_name = EXCLUDED.job_name, cron = EXCLUDED.cron, time_zone = EXCLUDED.time_zone,
     args = EXCLUDED.args, kwargs = EXCLUDED.kwargs, catch_up = EXCLUDED.catch_up,
-    next_fire_at = EXCLUDED.next_fire_at, changed_at = now()
+    next_fire_at = CASE WHEN (pgjobs_schedule.cron, pgjobs_schedule.time_zone)
+                             = (EXCLUDED.cron, EXCLUDED.time_zone)
+                        THEN pgjobs_schedule.next_fire_at ELSE EXCLUDED.next_fire_at END,
+    changed_at = now()
 WHERE pgjobs_schedule.source = 'code'
   AND (pgjobs_schedule.job_name, pgjobs_schedule.cron, pgjobs_schedule.time_zone,
        pgjobs_schedule.args, pgjobs_schedule.kwargs, pgjobs_schedule.catch_up)
