@@ -253,6 +253,29 @@ def test_a_key_marked_idle_while_its_job_was_being_enqueued_is_made_due_by_the_r
     assert run_jobs().succeeded == 1
 
 
+def test_a_key_made_due_later_than_its_ready_job_is_made_due_by_the_rescue():
+    """A claim that could not see a job (its enqueue not committed yet, and the key already due:
+    that enqueue did not write it) sets the key to its next visible job: a retry waiting 40
+    minutes. The rescue makes it due again: now, or at a rate-limited key's next token; a key
+    whose ready jobs are not due yet is left alone."""
+    flow.sync_order.using(concurrency_key="order:9").enqueue(9, 0)
+    flow.call_partner.enqueue(1)  # 20/s
+    flow.sync_order.using(concurrency_key="order:10", delay=3600).enqueue(10, 0)
+    later = timezone.now() + timedelta(minutes=40)
+    FlowKey.objects.update(ready_at=later)
+    FlowKey.objects.filter(key__contains="call_partner").update(
+        tokens=0.5, refilled_at=timezone.now()
+    )
+    before = timezone.now()
+    operations.rescue(connection)
+    keys = dict(FlowKey.objects.values_list("key", "ready_at"))
+    assert keys["key:order:9"] <= timezone.now()
+    (partner,) = (at for key, at in keys.items() if "call_partner" in key)
+    assert before + timedelta(seconds=0.02) <= partner <= timezone.now() + timedelta(seconds=0.03)
+    assert keys["key:order:10"] == later  # its job is due in an hour
+    assert run_jobs().succeeded == 2
+
+
 def test_a_workflow_step_with_flow_control_is_refused():
     with pytest.raises(ValueError, match="a workflow step takes no flow control yet"):
         chain(flow.sync_order.using(concurrency_key="order:1").s(1, 0)).enqueue()

@@ -1062,8 +1062,8 @@ LEFT JOIN extended ON extended.id = held.id;
 -- attempts); one of the scope 'waiting' takes its key back (restore_waiting_keys). A
 -- job whose abort was requested is dead-lettered as aborted (never run again). One statement;
 -- SKIP LOCKED lets several workers run it at once. `flow_swept`: a flow key with ready jobs that
--- a flow claim marked idle (`ready_at` NULL) while the enqueue of one was not yet committed is
--- made due again (docs/explanation/flow-control.md#the-due-hint).
+-- a flow claim marked idle (`ready_at` NULL) or due too late while the enqueue of one was not
+-- yet committed is made due again (docs/explanation/flow-control.md#the-due-hint).
 WITH expired AS (
     SELECT id, started_at IS NOT NULL AS started,
            (started_at IS NOT NULL AND attempts >= max_attempts)
@@ -1111,9 +1111,20 @@ requeued AS (
     RETURNING j.id, expired.started
 ),
 flow_swept AS (
-    UPDATE pgjobs_flow_key AS k SET ready_at = now()
-    WHERE k.ready_at IS NULL
-      AND EXISTS (SELECT 1 FROM pgjobs_job AS j WHERE j.flow_key = k.key AND j.status = 'ready')
+    -- idle keys with a ready job, and keys due later than a ready job of theirs is (a claim
+    -- that could not see that job set the key to its next visible one: a retry's, a delayed
+    -- job's): due now, or at the next token of a rate-limited key
+    UPDATE pgjobs_flow_key AS k
+    SET ready_at = GREATEST(now(), CASE WHEN k.rate IS NULL OR k.tokens >= 1 THEN now()
+        ELSE k.refilled_at + (1 - k.tokens) / k.rate * interval '1 second' END)
+    WHERE (k.ready_at IS NULL
+           AND EXISTS (SELECT 1 FROM pgjobs_job AS j
+                       WHERE j.flow_key = k.key AND j.status = 'ready'))
+       OR (k.ready_at > now()
+           AND k.ready_at > CASE WHEN k.rate IS NULL OR k.tokens >= 1 THEN now()
+               ELSE k.refilled_at + (1 - k.tokens) / k.rate * interval '1 second' END
+           AND EXISTS (SELECT 1 FROM pgjobs_job AS j
+                       WHERE j.flow_key = k.key AND j.status = 'ready' AND j.run_after <= now()))
 )
 SELECT (SELECT count(*) FROM requeued WHERE started) AS requeued,
        (SELECT count(*) FROM dead_lettered) AS dead_lettered,
