@@ -5,15 +5,22 @@ Before the inline worker, these jobs were invisible to the worker's threads: not
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from django.db import connection, transaction
 from django.test import TestCase
+from helpers import registered_for_the_test
 
-from django_pgjobs import get_result, taskframework
+from django_pgjobs import RetryPolicy, get_result, job, registry, taskframework
 from django_pgjobs.models import DeadLetter, Job
 from django_pgjobs.testing import run_jobs
 from testproject.demo import jobs as demo
 from testproject.demo.models import Counter, Execution
+
+
+def _fails() -> None:
+    raise ValueError("no luck")
 
 
 class RunJobsInATestCase(TestCase):
@@ -59,6 +66,24 @@ class RunJobsInATestCase(TestCase):
         self.assertEqual(run_jobs().succeeded, 2)
         labels = Execution.objects.order_by("id").values_list("label", flat=True)
         self.assertEqual(list(labels), ["placed:7", "start:7:0", "end:7:0"])
+
+    def test_a_keyed_jobs_retry_waits_out_its_backoff_in_an_old_transaction(self):
+        """The flow claim's clock is the statement's (buckets refill inside the test's
+        transaction); the retry's time was the transaction's start plus the backoff. In a
+        transaction older than the backoff a keyed job's retry was due at once, and one
+        run_jobs() spent every attempt (a plain job's retry is never due there)."""
+        declared = job(
+            name="tests.keyed_retry",
+            max_attempts=2,
+            retry=RetryPolicy(base_seconds=1.5, jitter=0),  # beyond run_jobs' 1 s wait
+        )(_fails)
+        registry._REGISTRY.pop(declared.name, None)
+        with registered_for_the_test(declared):
+            time.sleep(1.6)  # the test's transaction is now older than the backoff
+            declared.using(concurrency_key="report:1").enqueue()
+            first = run_jobs()
+            self.assertEqual((first.retried, first.dead_lettered), (1, 0))
+            self.assertEqual(Job.objects.get().status, "ready")  # waiting out its backoff
 
     def test_an_async_job_writes_through_the_tests_connection(self):
         demo.record_async.enqueue("async")

@@ -814,9 +814,12 @@ FROM (SELECT) AS acknowledged LEFT JOIN claimed ON false;
 -- name: retry_job
 -- Put a failed job back to 'ready' after `delay_seconds`, appending the error; fenced. A job
 -- whose abort was requested is never retried (no row: the worker dead-letters it as aborted).
+-- The delay counts from this statement (statement_timestamp(), the flow claim's clock), not
+-- from its transaction's start: in a transaction older than the delay (run_jobs() in a
+-- TestCase) a job with a flow key was due again at once.
 UPDATE pgjobs_job AS j
 SET status = 'ready',
-    run_after = now() + %(delay_seconds)s * interval '1 second',
+    run_after = statement_timestamp() + %(delay_seconds)s * interval '1 second',
     errors = j.errors || %(error)s::jsonb,
     claim_token = NULL,
     lease_expires_at = NULL,
