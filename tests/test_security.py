@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 import pytest
-from admin_data import seed
+from admin_data import make_user, seed, viewer_perms
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
@@ -172,6 +172,41 @@ def test_secret_arguments_are_hidden_in_the_admin_after_a_real_failure(client, s
         assert response.status_code == 200
         content = response.content.decode()
         assert SECRETS[0] not in content and SECRETS[1] not in content
+
+
+@pytest.mark.parametrize("model", ["job", "deadletter"])
+def test_no_filter_from_the_url_reads_inside_hidden_arguments(client, model):
+    """A user who may only view sees the REDACT_KEYS values masked; a filter on them in the
+    query string would tell them a character at a time (by the rows it counts): refused."""
+    client.force_login(make_user("viewer", perms=viewer_perms()))
+    log_in.enqueue("ann", password=SECRETS[0], options={"token": SECRETS[1]})
+    if model == "deadletter":
+        drain()
+    url = reverse(f"admin:django_pgjobs_{model}_changelist")
+    assert client.get(url).context["cl"].result_count == 1
+    for lookup in [
+        {"kwargs__password__startswith": SECRETS[0][:3]},
+        {"kwargs__options__token": SECRETS[1]},
+        {"args__1__contains": "x"},
+        {"kwargs__has_key": "password"},
+        {"errors__0__message__contains": "x"},
+    ]:
+        assert client.get(url, lookup).status_code == 400, lookup
+    assert client.get(url, {"queue": "default"}).status_code == 200  # the filters offered work
+
+
+def test_a_hand_written_sort_is_not_obeyed(client, superuser):
+    """``sortable_by = ()``: no column links, and ``?o=`` does not sort the table either."""
+    client.force_login(superuser)
+    for queue in ["qb", "qa", "qc"]:
+        demo.always_fails.using(queue=queue, max_attempts=1).enqueue(queue)
+        drain()
+    url = reverse("admin:django_pgjobs_deadletter_changelist")
+    plain = [row.pk for row in client.get(url).context["cl"].result_list]
+    assert [d.queue for d in DeadLetter.objects.filter(pk__in=plain)] != sorted(["qb", "qa", "qc"])
+    for order in ["7", "-7", "7.1"]:  # the queue column (0: the checkbox)
+        sorted_by_hand = client.get(url, {"o": order}).context["cl"].result_list
+        assert [row.pk for row in sorted_by_hand] == plain, order
 
 
 XSS = "<img src=x onerror=alert(1)>"
