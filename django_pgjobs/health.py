@@ -71,12 +71,18 @@ def check_health(connection, max_due_age_seconds: float) -> Health:
         paused = set(paused_queues(connection))
         active = [name for name in queue_names(connection) if name not in paused]
         heads = overview.oldest_due(connection, active)
-        workers = overview.live_workers(connection) if heads else []
+        workers = overview.live_workers(connection) if active else []
+        unserved = [name for name in active if not any(w.serves(name) for w in workers)]
+        # jobs waiting on a flow key are not in `heads` (their lateness is their key's limits),
+        # but a queue of them that no worker serves is not served at all
+        flow_only = overview.queues_with_due_flow_jobs(
+            connection, [name for name in unserved if name not in heads]
+        )
     except (DatabaseError, JobsTableMissing):
         return Health(database=False)
     return Health(
         queues_without_worker=tuple(
-            name for name in sorted(heads) if not any(w.serves(name) for w in workers)
+            sorted(name for name in unserved if name in heads or name in flow_only)
         ),
         late_queues={
             name: waited

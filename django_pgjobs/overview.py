@@ -164,6 +164,17 @@ def oldest_due(connection, names: list[str]) -> dict[str, tuple[datetime, float]
     }
 
 
+def queues_with_due_flow_jobs(connection, names: list[str]) -> list[str]:
+    """Of the queues ``names``, those with a due job waiting on a flow key (which
+    ``oldest_due`` leaves out): for the queues no worker serves only (it walks their jobs)."""
+    if not names:
+        return []
+    return [
+        row["queue"]
+        for row in db.execute(connection, "queues_with_due_flow_jobs", {"queues": names})
+    ]
+
+
 def alive_seconds() -> float:
     """A worker heard from within this many seconds is alive."""
     return ALIVE_HEARTBEATS * get_config().HEARTBEAT_SECONDS

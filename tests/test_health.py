@@ -75,6 +75,22 @@ def test_503_without_a_live_worker_for_due_jobs_and_200_with_one(admin_client, s
 CHECKS_OK = {"database": "ok", "workers": "ok", "backlog": "ok"}
 
 
+def test_due_jobs_waiting_on_a_flow_key_need_a_worker_too(admin_client):
+    """A queue whose jobs all wait on flow keys (a rate limit, fairness) is left out of the
+    backlog's lateness, not out of the workers check: with no worker it is served by no one."""
+    from testproject.handlers import flow
+
+    flow.call_partner.enqueue(1)  # queue "flow", rate-limited: its job has a flow key
+    flow.sync_order.using(concurrency_key="order:1", delay=3600).enqueue(1, 0)
+    status, body = health(admin_client)
+    assert (status, body["queues_without_worker"]) == (503, ["flow"])
+    live_worker(["flow"])
+    assert health(admin_client) == (200, {"status": "ok", "checks": CHECKS_OK})
+    Job.objects.filter(name=flow.call_partner.name).delete()  # only a job due in an hour left
+    Worker.objects.all().delete()
+    assert health(admin_client) == (200, {"status": "ok", "checks": CHECKS_OK})
+
+
 def test_503_when_the_oldest_due_job_waited_past_the_threshold(admin_client):
     live_worker([])
     job(queue="late", run_after=timezone.now() - timedelta(seconds=200))

@@ -112,8 +112,8 @@ class CappedChangeList(ChangeList):
             )
 
     def get_ordering(self, request, queryset):
-        """The view's own order: ``?o=`` is not obeyed (``sortable_by = ()`` only hides the
-        column links; a hand-written ``?o=2`` sorted the whole table at every page view)."""
+        """The view's own order: a hand-written ``?o=`` is not obeyed (sortable_by only
+        hides the links)."""
         self.params.pop(ORDER_VAR, None)
         return super().get_ordering(request, queryset)
 
@@ -175,10 +175,8 @@ class OperatorAdmin(admin.ModelAdmin):
     on_every_database = True
 
     def lookup_allowed(self, lookup, value, request=None) -> bool:
-        """No filter from the query string reads inside a JSON column (arguments, results,
-        metadata, errors, payloads): the pages show their ``REDACT_KEYS`` values masked, and
-        ``?kwargs__api_key__startswith=sk_a`` would tell them a character at a time by the
-        rows it counts. Refused: a 400, as Django refuses a lookup it does not allow."""
+        """No filter from the query string reads inside a JSON column (a 400): counting rows
+        of ``?kwargs__api_key__startswith=sk_a`` told masked REDACT_KEYS values."""
         try:
             field = self.model._meta.get_field(lookup.split(LOOKUP_SEP, 1)[0])
         except FieldDoesNotExist:

@@ -1720,6 +1720,17 @@ CROSS JOIN LATERAL (
 WHERE p.priority IS NOT NULL
 GROUP BY q.name;
 
+-- name: queues_with_due_flow_jobs
+-- Of the queues `queues` (those no live worker serves: health.py asks for no others, so this
+-- walk is paid only when something is wrong), those with a due job waiting on a flow key:
+-- queue_heads leaves such jobs out (late on their key's limits, not for want of a worker), but a
+-- queue of them with no worker at all is a queue no one serves.
+SELECT q.name AS queue
+FROM unnest(%(queues)s::text[]) AS q(name)
+WHERE EXISTS (SELECT 1 FROM pgjobs_job AS j
+              WHERE j.queue = q.name AND j.status = 'ready' AND j.flow_key IS NOT NULL
+                AND j.run_after <= now());
+
 -- name: dead_letters_by_queue
 -- Dead letters of each queue of `queues`: counted up to `cap`, and those of the last hour
 -- exactly. Both walk pgjobs_dl_queue_idx (queue, failed_at): the first stops after `cap` entries,
