@@ -331,9 +331,15 @@ def _run_in_batches(
     conn = connection()
     touched: list[int] = []
     selected = after = 0
+    # the rows selected now, not those that join the selection meanwhile: a requeued job that
+    # fails again within seconds is a new dead letter of the same filters, and was requeued by
+    # a later batch, again and again while the failures kept pace
+    last = queryset.order_by("-id").values_list("id", flat=True).first() or 0
     while True:
         batch = list(
-            queryset.filter(id__gt=after).order_by("id").values_list("id", flat=True)[:BULK_LIMIT]
+            queryset.filter(id__gt=after, id__lte=last)
+            .order_by("id")
+            .values_list("id", flat=True)[:BULK_LIMIT]
         )
         if not batch:
             break

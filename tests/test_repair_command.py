@@ -5,6 +5,7 @@ counted). docs/howto/repair.md, docs/reference/pgjobs-command.md."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import shlex
@@ -18,8 +19,9 @@ from helpers import ROOT, start_command, wait_until
 from test_pgjobs_command import pgjobs
 from test_replay import db_now
 
-from django_pgjobs import console, pruning, replays
+from django_pgjobs import console, operations, pruning, replays
 from django_pgjobs.admin import display
+from django_pgjobs.admin.actions import DEAD_LETTER_ACTIONS
 from django_pgjobs.models import DeadLetter, Job, QueueStat
 from testproject.demo.models import Execution
 
@@ -99,6 +101,38 @@ def test_the_rate_holds_from_one_batch_to_the_next(monkeypatch):
     assert [dead for dead, _ in jobs] == sorted(dead for dead, _ in jobs)  # oldest first
     assert gaps([due for _, due in jobs]) == {0.2}  # 5 a second across the batches
     assert Job.objects.values("created_at").distinct().count() == 3
+
+
+@pytest.mark.parametrize("rate", [None, "6000/m"])
+def test_a_requeue_acts_on_the_dead_letters_selected_when_it_starts(monkeypatch, rate):
+    """Jobs requeued by the first batches that fail again within seconds are new dead letters
+    of the same filters: they were requeued by the next batches, and so on while the failures
+    kept pace (a partner still down). Now they are left for the next command."""
+    monkeypatch.setattr(console, "BULK_LIMIT", 3)
+    monkeypatch.setattr(replays, "BULK_LIMIT", 3)
+    requeue = operations.requeue_dead_letters
+
+    def requeue_then_they_fail_again(conn, ids, **kwargs):
+        dead_letters(len(ids))  # as many new ones, matching the same filters
+        return requeue(conn, ids, **kwargs)
+
+    spread = operations.requeue_dead_letters_spread
+
+    def spread_then_they_fail_again(conn, ids, *args, **kwargs):
+        dead_letters(len(ids))
+        return spread(conn, ids, *args, **kwargs)
+
+    monkeypatch.setitem(
+        DEAD_LETTER_ACTIONS,
+        "requeue",
+        dataclasses.replace(DEAD_LETTER_ACTIONS["requeue"], operation=requeue_then_they_fail_again),
+    )
+    monkeypatch.setattr(operations, "requeue_dead_letters_spread", spread_then_they_fail_again)
+    dead_letters(7)
+    first = set(DeadLetter.objects.values_list("id", flat=True))
+    pgjobs("requeue", "--name", RECORD, *(["--rate", rate] if rate else []))
+    assert set(Job.objects.values_list("replayed_from", flat=True)) == first
+    assert not DeadLetter.objects.filter(id__in=first).exists()  # the new ones are left
 
 
 def test_dead_letters_chosen_by_age_with_a_dry_run_first():
