@@ -55,6 +55,20 @@ def test_a_group_whose_members_were_all_dead_lettered_resumes_with_the_last_requ
     assert state_of(workflow) == "succeeded"
 
 
+def test_a_group_whose_deleted_dead_letter_can_never_finish_is_not_resumed():
+    """One member's dead letter deleted for good, the other's requeued: the step can never
+    count down to its callback. Resumed, the workflow waited as 'running' for ever; it stays
+    failed, and the requeued member runs and is counted."""
+    workflow = chain(group(wf.ship.s(i) for i in range(2)), wf.email.s(0)).enqueue()
+    first, second = (dead_letter(job) for job in sorted(claim_all(), key=lambda job: job.id))
+    operations.delete_dead_letters(connection, [first])
+    operations.requeue_dead_letters(connection, [second])
+    assert state_of(workflow) == "failed"
+    assert Job.objects.get(workflow_step=1).status == "cancelled"  # the callback never runs
+    operations.complete(connection, claim_all())
+    assert Workflow.objects.get(pk=workflow.pk).remaining == 1  # the deleted member's
+
+
 def finished(workflow, state: str, days: float) -> None:
     at = timezone.now() - timedelta(days=days)
     Workflow.objects.filter(pk=workflow.pk).update(state=state, finished_at=at)

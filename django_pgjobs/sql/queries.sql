@@ -1331,6 +1331,10 @@ FROM inserted, (SELECT count(*) FROM woken) AS notified,
 -- whose members were all dead-lettered resumes with the requeue of its last one; before, each
 -- requeued member runs and is counted, the workflow stays failed): what was cancelled waits
 -- again, the current step's jobs ready, the later steps blocked until the count releases them.
+-- Only while every job its current step still counts on (`remaining`) is there to finish: a
+-- member whose dead letter was deleted (by an operator, or pruned) never will, and resumed
+-- without it the workflow waited as 'running' for ever; it stays failed, its requeued steps
+-- run and are counted.
 resumed AS (
     UPDATE pgjobs_workflow AS w
     SET state = 'running', reason = '', finished_at = NULL
@@ -1338,6 +1342,11 @@ resumed AS (
     WHERE w.id = m.workflow_id AND w.state IN ('failed', 'aborted')
       AND NOT EXISTS (SELECT 1 FROM pgjobs_deadletter AS d
                       WHERE d.workflow_id = w.id AND d.id NOT IN (SELECT id FROM moved))
+      AND w.remaining <= (SELECT count(*) FROM pgjobs_job AS j
+                          WHERE j.workflow_id = w.id AND j.workflow_step = w.step
+                            AND j.status IN ('ready', 'running', 'blocked', 'cancelled'))
+                         + (SELECT count(*) FROM moved AS again
+                            WHERE again.workflow_id = w.id AND again.workflow_step = w.step)
     RETURNING w.id, w.step
 ),
 uncancelled AS (
