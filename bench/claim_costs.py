@@ -8,9 +8,11 @@ the server process of the claiming connection has gone idle, as a worker's has),
 round trip of the worker's claim statement (``claim_jobs``, prepared, psycopg alone) with the
 plan it runs under (``plan_cache_mode = force_custom_plan``: planned at every run) and with a
 generic plan (``force_generic_plan``), alternating; ``EXPLAIN ANALYZE`` splits one claim into
-planning and execution on the server. Beside them, on the same server: the latency floor's
-claim (``sqlbench.FLOOR_CLAIM``: one row, one index) after the same idle, and ``SELECT 1``
-after 20 ms idle and back to back: what waking an idle server process costs on this machine.
+planning and execution on the server, and ``EXPLAIN (SUMMARY)`` gives its planning time alone,
+right after another statement and after the same idle. Beside them, on the same server: the
+latency floor's claim (``sqlbench.FLOOR_CLAIM``: one row, one index) after the same idle, its
+planning time as the claim's, and ``SELECT 1`` after 20 ms idle and back to back: what waking
+an idle server process costs on this machine.
 Medians. Results: ``bench-results/claim-costs-<UTC time>/results.json``.
 """
 
@@ -34,6 +36,23 @@ def _timed(run) -> float:
     started = time.perf_counter()
     run()
     return (time.perf_counter() - started) * 1000
+
+
+def _planning(session, statement: str, params, rounds: int) -> dict[str, float]:
+    """The server's planning time of ``statement`` (``EXPLAIN (SUMMARY)``: planned, not run)
+    right after another statement and after 20 ms idle, alternating; medians in ms."""
+    times: dict[str, list[float]] = {"back_to_back": [], "after_idle": []}
+    for _ in range(rounds):
+        for moment, values in times.items():
+            if moment == "after_idle":
+                time.sleep(IDLE_SECONDS)
+            else:
+                session.execute("SELECT 1")
+            (explained,) = session.execute(
+                "EXPLAIN (SUMMARY, FORMAT JSON) " + statement, params()
+            ).fetchone()
+            values.append(explained[0]["Planning Time"])
+    return {moment: round(statistics.median(values), 3) for moment, values in times.items()}
 
 
 def measure(url: str, rounds: int, out: str) -> None:
@@ -74,6 +93,8 @@ def measure(url: str, rounds: int, out: str) -> None:
     ).fetchone()
     other.execute("DELETE FROM pgjobs_job")
 
+    planning = _planning(other, claim, lambda: dict(builder.claim(plan).params), rounds)
+
     other.execute(sqlbench.FLOOR_TABLE)
     floor_session = psycopg.connect(
         url, autocommit=True
@@ -87,6 +108,12 @@ def measure(url: str, rounds: int, out: str) -> None:
             time.sleep(IDLE_SECONDS)
             idle_select.append(_timed(lambda: floor_session.execute("SELECT 1", prepare=True)))
             warm_select.append(_timed(lambda: floor_session.execute("SELECT 1", prepare=True)))
+        planning.update(
+            {
+                f"floor_claim_{name}": value
+                for name, value in _planning(other, sqlbench.FLOOR_CLAIM, dict, rounds).items()
+            }
+        )
     finally:
         other.execute("DROP TABLE bench_latency_floor")
 
@@ -99,6 +126,10 @@ def measure(url: str, rounds: int, out: str) -> None:
         "claim_jobs_generic_plan_ms": median(samples["force_generic_plan"]),
         "claim_jobs_planning_ms": explained[0]["Planning Time"],
         "claim_jobs_execution_ms": explained[0]["Execution Time"],
+        "claim_jobs_planning_back_to_back_ms": planning["back_to_back"],
+        "claim_jobs_planning_after_idle_ms": planning["after_idle"],
+        "floor_claim_planning_back_to_back_ms": planning["floor_claim_back_to_back"],
+        "floor_claim_planning_after_idle_ms": planning["floor_claim_after_idle"],
         "floor_claim_ms": median(floor),
         "select_1_after_idle_ms": median(idle_select),
         "select_1_back_to_back_ms": median(warm_select),
