@@ -44,9 +44,9 @@ def replay(
         )
     conn = console.connection()
     # the dead letters selected now, not a job's new one when it fails again (console.act)
-    last = queryset.order_by("-id").values_list("id", flat=True).first() or 0
+    newest = queryset.order_by("-id").values_list("id", flat=True).first() or 0
     ordered = (
-        queryset.filter(id__lte=last).order_by("failed_at", "id").values_list("failed_at", "id")
+        queryset.filter(id__lte=newest).order_by("failed_at", "id").values_list("failed_at", "id")
     )
     scheduled: list[tuple[int, datetime]] = []
     previous: datetime | None = None
