@@ -10,6 +10,7 @@ from django.test import Client
 from django.urls import reverse
 
 from django_pgjobs import abort, chain, group
+from django_pgjobs.admin import workflows as workflow_admin
 from django_pgjobs.models import Job, Workflow
 from django_pgjobs.workflows import abort_workflow
 from testproject.handlers import workflows as wf
@@ -32,6 +33,9 @@ def workflow():
     return saved
 
 
+OPERATOR = ("view_workflow", "change_workflow", "change_job", "delete_job")
+
+
 def test_the_page_shows_every_step_and_is_linked_from_each_job(workflow):
     client = login(make_user("viewer", perms=("view_job", "view_workflow")))
     page = reverse("admin:django_pgjobs_workflow_change", args=[workflow.pk])
@@ -51,7 +55,10 @@ def test_abort_needs_post_and_the_change_permission(workflow, client):
     assert "/admin/login/" in client.post(url)["Location"]
     assert login(make_user("staff")).post(url).status_code == 403
     assert login(make_user("viewer", perms=("view_workflow",))).post(url).status_code == 403
-    operator = login(make_user("operator", perms=("view_workflow", "change_workflow")))
+    # what aborting does to jobs needs the jobs' own permissions too (their Cancel and Abort)
+    workflows_only = login(make_user("half", perms=("view_workflow", "change_workflow")))
+    assert workflows_only.post(url).status_code == 403
+    operator = login(make_user("operator", perms=OPERATOR))
     assert operator.get(url).status_code == 405
     assert Workflow.objects.get().state == "running"
     assert (
@@ -78,9 +85,29 @@ def test_aborting_a_workflow_asks_its_running_steps_to_stop_and_cancels_the_rest
 def test_a_workflow_ended_by_a_cancelled_member_can_still_be_aborted_whole():
     saved = chain(group(wf.charge.s(i) for i in range(3)), wf.email.s(1)).enqueue()
     abort(saved.job_ids[0], requested_by="a test")  # the others run on
-    client = login(make_user("operator", perms=("view_workflow", "change_workflow")))
+    client = login(make_user("operator", perms=OPERATOR))
     page = reverse("admin:django_pgjobs_workflow_change", args=[saved.pk])
     assert ">Abort workflow<" in client.get(page).content.decode()
     client.post(reverse("admin:django_pgjobs_workflow_abort", args=[saved.pk]))
     assert sorted(Job.objects.values_list("status", flat=True)) == ["cancelled"] * 4
     assert ">Abort workflow<" not in client.get(page).content.decode()  # nothing left to stop
+
+
+def test_abort_selected_workflows_aborts_a_bounded_number_per_request(monkeypatch):
+    """Each abort is a transaction of its own: "select all" over thousands ran them all in one
+    request. The first ABORT_LIMIT go, and the message says to run it again."""
+    monkeypatch.setattr(workflow_admin, "ABORT_LIMIT", 2)
+    saved = [chain(wf.charge.s(i), wf.email.s(i)).enqueue() for i in range(3)]
+    client = login(make_user("operator", perms=OPERATOR))
+    response = client.post(
+        reverse("admin:django_pgjobs_workflow_changelist"),
+        {"action": "abort_selected", "_selected_action": [w.pk for w in saved]},
+        follow=True,
+    )
+    states = dict(Workflow.objects.values_list("id", "state"))
+    assert [states[w.pk] for w in saved] == ["aborted", "aborted", "running"]
+    shown = [str(m) for m in response.context["messages"]]
+    assert shown == [
+        "Aborted 2 workflows.",
+        "Only the first 2 selected workflows were aborted; run the action again for the rest.",
+    ]

@@ -54,6 +54,17 @@ class WorkflowAdmin(OperatorAdmin):
             "size": sizes[obj.step],
         }
 
+    def has_operate_permission(self, request, obj=None) -> bool:
+        """Aborting a workflow cancels its waiting jobs and asks its running ones to stop: what
+        the jobs' own *Cancel* (``delete_job``) and *Abort* (``change_job``) need too, beside
+        ``change_workflow``."""
+        user = request.user
+        return (
+            self._has_model_perm(request, "change")
+            and user.has_perm("django_pgjobs.change_job")
+            and user.has_perm("django_pgjobs.delete_job")
+        )
+
     def get_urls(self):
         return [self.route("<int:object_id>/abort/", self.abort_view, "abort"), *super().get_urls()]
 
@@ -115,16 +126,30 @@ class WorkflowAdmin(OperatorAdmin):
 
     @admin.action(description=gettext_lazy("Abort selected workflows"), permissions=["operate"])
     def abort_selected(self, request, queryset):
-        ids = list(queryset.values_list("id", flat=True))
+        ids = list(queryset.order_by("id").values_list("id", flat=True)[: ABORT_LIMIT + 1])
         aborted = sum(
             abort_workflow(i, using=self.database(), requested_by=_who(request))["aborted"]
-            for i in ids
+            for i in ids[:ABORT_LIMIT]
         )
         messages.success(
             request,
             ngettext("Aborted %(n)s workflow.", "Aborted %(n)s workflows.", aborted)
             % {"n": f"{aborted:,}"},
         )
+        if len(ids) > ABORT_LIMIT:
+            messages.warning(
+                request,
+                _(
+                    "Only the first %(limit)s selected workflows were aborted; run the action "
+                    "again for the rest."
+                )
+                % {"limit": f"{ABORT_LIMIT:,}"},
+            )
+
+
+#: Workflows one "Abort selected workflows" aborts: each abort is a transaction of its own, and
+#: a request that ran through "select all" of 50,000 would outlast any proxy's timeout.
+ABORT_LIMIT = 100
 
 
 #: Jobs listed on a workflow's page (a large group shows its first ones).
