@@ -40,6 +40,11 @@ class Workflow(models.Model):
     step = models.IntegerField(default=0, help_text=_("The step running now, from 0."))
     remaining = models.IntegerField(help_text=_("Jobs of the current step not succeeded yet."))
     sizes = models.JSONField(default=list, help_text=_("How many jobs each step has."))
+    #: The steps that are groups, by index: a group of one job is still a group (its results a
+    #: list). NULL on the rows of releases before it (their groups of one read as one job).
+    groups = models.JSONField(
+        null=True, blank=True, help_text=_("Which steps are groups (their indexes).")
+    )
     reason = models.TextField(blank=True, default="", help_text=_("Why it failed or was aborted."))
     created_at = models.DateTimeField(verbose_name=_("created at"), default=timezone.now)
     finished_at = models.DateTimeField(verbose_name=_("finished at"), null=True, blank=True)

@@ -150,6 +150,7 @@ def _enqueue(workflow: Chain):
     from .models import Workflow
 
     columns, sizes = _rows(workflow)
+    groups = [index for index, item in enumerate(workflow.steps) if isinstance(item, Group)]
     connection = routing.one_database(columns["queues"], f"the workflow {_name(workflow)!r}")
     listen = get_config().LISTEN_NOTIFY
     after_commit = listen and wakes_after_commit(connection)
@@ -157,6 +158,7 @@ def _enqueue(workflow: Chain):
         **columns,
         "workflow_name": _name(workflow),
         "sizes": json.dumps(sizes),
+        "groups": json.dumps(groups),
         "first_size": sizes[0],
         "notify": listen and not after_commit,
     }
@@ -171,6 +173,7 @@ def _enqueue(workflow: Chain):
         name=params["workflow_name"],
         remaining=sizes[0],
         sizes=sizes,
+        groups=groups,
         created_at=row["created_at"],
     )
     saved._state.adding = False
@@ -201,7 +204,9 @@ def previous_results(*, using: str | None = None) -> Any:
             "workflow runs (KEEP_RESULTS_SECONDS)"
         )
     results = rows[0]["result"] or []
-    return results if size > 1 else (results[0] if results else None)
+    if size > 1 or rows[0]["is_group"]:  # a group of one job too: a list of one
+        return results
+    return results[0] if results else None
 
 
 def abort_workflow(

@@ -160,6 +160,22 @@ def test_an_edited_middle_step_requeued_from_its_dead_letter_completes_the_chain
     assert labels_in_order() == ["charge-7", "ship-8", "email-7"]
 
 
+@pytest.mark.parametrize("ids, single", [([5], False), ([5, 6], False), ([5], True)])
+def test_a_group_of_one_job_gives_its_callback_a_list_as_any_group(ids, single):
+    """``group(resize.s(i) for i in ids)`` with one id is still a group: its callback reads a
+    list of one (``len()``, ``sum()`` work), where a plain step before it gives its value."""
+    from django_pgjobs.testing import run_jobs
+
+    first = wf.resize.s(ids[0]) if single else group(wf.resize.s(i) for i in ids)
+    workflow = chain(first, wf.record_previous.s("album")).enqueue()
+    assert Workflow.objects.get(pk=workflow.pk).groups == ([] if single else [0])
+    run_jobs(with_scheduled=True)
+    expected = str(ids[0] * 10) if single else str([i * 10 for i in ids])
+    assert Execution.objects.filter(label=f"previous-album:{expected}").exists(), list(
+        Execution.objects.values_list("label", flat=True)
+    )
+
+
 @pytest.mark.parametrize("keep_succeeded", [0, 3600])
 def test_previous_results_of_a_step_whose_jobs_kept_none_say_so_not_a_shorter_list(
     settings, keep_succeeded

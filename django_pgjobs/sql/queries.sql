@@ -287,9 +287,9 @@ FROM (SELECT count(*) FROM woken) AS notified;
 -- of the first step's queues are woken when `notify`. Returns the workflow's id and its jobs'
 -- ids in input order.
 WITH workflow AS (
-    INSERT INTO pgjobs_workflow (name, state, step, remaining, sizes, reason, created_at)
-    VALUES (%(workflow_name)s::text, 'running', 0, %(first_size)s::int, %(sizes)s::jsonb, '',
-            now())
+    INSERT INTO pgjobs_workflow (name, state, step, remaining, sizes, groups, reason, created_at)
+    VALUES (%(workflow_name)s::text, 'running', 0, %(first_size)s::int, %(sizes)s::jsonb,
+            %(groups)s::jsonb, '', now())
     RETURNING id
 ),
 inserted AS (
@@ -319,14 +319,16 @@ FROM (SELECT count(*) FROM woken) AS notified;
 -- name: workflow_previous_results
 -- The kept results of the step before job `id`'s, in member order (`result`, a JSON array),
 -- how many of its jobs kept one (`kept`: the rows left of that step that keep their result; with
--- KEEP_SUCCEEDED_SECONDS on, a job that does not keep it stays too, with none) and that step's
--- size (NULL step: the job is not a later step of a workflow).
-SELECT prev.step, prev.size, kept.result, kept.kept
+-- KEEP_SUCCEEDED_SECONDS on, a job that does not keep it stays too, with none), that step's
+-- size and whether it is a group (`is_group`; NULL step: the job is not a later step of a
+-- workflow).
+SELECT prev.step, prev.size, prev.is_group, kept.result, kept.kept
 FROM pgjobs_job AS j
 JOIN pgjobs_workflow AS w ON w.id = j.workflow_id
 CROSS JOIN LATERAL (
     SELECT NULLIF(j.workflow_step, 0) - 1 AS step,
-           (w.sizes ->> (j.workflow_step - 1))::int AS size
+           (w.sizes ->> (j.workflow_step - 1))::int AS size,
+           COALESCE(w.groups @> to_jsonb(j.workflow_step - 1), false) AS is_group
 ) AS prev
 CROSS JOIN LATERAL (
     SELECT jsonb_agg(p.result ORDER BY p.workflow_member) AS result,

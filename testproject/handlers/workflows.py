@@ -51,6 +51,12 @@ def build_zip(album: str) -> None:
 
 
 @job(queue="workflows")
+def record_previous(album: str) -> None:
+    """(tests) Records what previous_results() gives it, as it is."""
+    _record(f"previous-{album}:{previous_results()}")
+
+
+@job(queue="workflows")
 def touch(customer_id: int) -> None:
     """A member of a large fan-out: does nothing but succeed."""
 
