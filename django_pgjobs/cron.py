@@ -53,9 +53,11 @@ def fields_of(expression: str) -> str:
             f"one of {', '.join(ALIASES)}"
         )
     try:
-        CronSim(text, dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc))
+        next(CronSim(text, dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)))
     except CronSimError as error:
         raise ValueError(f"cron {expression!r}: {error}") from None
+    except StopIteration:  # "0 0 */29 2 1#5": a fifth Monday of February on the 1st or 30th
+        raise ValueError(f"cron {expression!r} never fires: no date matches it") from None
     return text
 
 

@@ -81,6 +81,8 @@ def test_cron_checks_what_it_is_given():
         Cron("@daily", catch_up=True)
     with pytest.raises(ValueError, match="args must be a tuple"):
         Cron("@daily", args="abc")
+    with pytest.raises(ValueError, match="never fires: no date matches it"):
+        Cron("0 0 */29 2 1#5")  # accepted by the parser; its first fire time crashed workers
     assert Cron("@daily", args=[1]).args == (1,)
 
 
