@@ -108,6 +108,18 @@ def test_list_filters_by_queue_state_and_name_and_limits():
     assert "reports" in text.splitlines()[1] and "0/5" in text
 
 
+def test_list_writes_control_characters_from_rows_as_escapes():
+    """An error message (or a hand-made queue name) holding an escape sequence reaches the
+    operator's terminal as text, not as a command to it."""
+    dead_letter(queue="q\x1b]0;owned\x07", error_type="ValueError", reason="\x1b[2Jboom")
+    job(queue="emails", errors=[{"type": "ValueError", "message": "\x1b[31mred\ttab"}])
+    for args in (["list", "--dead-letters"], ["list"]):
+        text = pgjobs(*args)
+        assert "\x1b" not in text and "\x07" not in text, text
+    assert "q\\x1b]0;owned\\x07" in pgjobs("list", "--dead-letters")
+    assert "\\x1b[31mred" in pgjobs("list")
+
+
 def test_list_dead_letters_by_error_type():
     dead_letter(queue="emails", error_type="Timeout")
     wanted = dead_letter(queue="emails", error_type="ValueError")

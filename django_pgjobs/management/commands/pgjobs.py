@@ -46,8 +46,19 @@ def _rate(rate: float | None) -> str:
     return "–" if rate is None else f"{rate * 100:.1f} %"
 
 
+def printable(cell: object) -> str:
+    """A cell as a terminal shows it harmlessly: control characters (an escape sequence in an
+    error message or a hand-made queue name would move the cursor, clear the screen or retitle
+    the window) written as Python escapes, ``\\x1b``."""
+    text = str(cell)
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else ascii(char)[1:-1] for char in text)
+
+
 def table(headings: list[str], rows: list[list[str]]) -> str:
-    """Plain columns, left-aligned, for a terminal."""
+    """Plain columns, left-aligned, for a terminal (``printable`` cells)."""
+    rows = [[printable(cell) for cell in row] for row in rows]
     widths = [
         max(len(str(cell)) for cell in column) for column in zip(headings, *rows, strict=True)
     ]
