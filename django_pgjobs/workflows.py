@@ -17,7 +17,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from django.db import transaction
+from django.db import OperationalError, transaction
 
 from . import db, operations, routing
 from .calls import CallOptions
@@ -218,6 +218,25 @@ def abort_workflow(
     running jobs' ids)."""
     connection = db.jobs_connection(using)
     requested_by = requested_by[:200]
+    for attempt in range(DEADLOCK_TRIES):
+        try:
+            return _abort_workflow(connection, workflow_id, requested_by)
+        except OperationalError as error:
+            # the abort locks the workflow's row, then its jobs'; a step completing meanwhile
+            # holds its job's row and waits for the workflow's (advance_workflows): PostgreSQL
+            # ends one of the two after deadlock_timeout. The abort, rolled back whole, goes
+            # again (outside a caller's transaction only: inside one, it is the caller's)
+            deadlock = getattr(error.__cause__, "sqlstate", None) == "40P01"
+            if not deadlock or connection.in_atomic_block or attempt + 1 == DEADLOCK_TRIES:
+                raise
+    raise AssertionError("unreachable")
+
+
+#: How many times abort_workflow() goes again after a deadlock with a completing step.
+DEADLOCK_TRIES = 3
+
+
+def _abort_workflow(connection, workflow_id: int, requested_by: str) -> dict[str, Any]:
     with transaction.atomic(using=connection.alias):
         db.execute(connection, "lock_workflow", {"id": workflow_id})  # see queries.sql
         (row,) = db.execute(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
+import psycopg
 import pytest
 from django.db import connection, connections, transaction
 from django.utils import timezone
@@ -172,3 +173,40 @@ def test_a_step_failing_between_a_requeues_lock_and_its_resume_does_not_deadlock
     assert "deadlock" not in caplog.text
     assert Workflow.objects.get(pk=workflow.pk).state == "failed"
     assert Job.objects.get(workflow_id=workflow.pk, args=[9]).status == "cancelled"
+
+
+def test_an_abort_that_deadlocks_with_a_completing_step_goes_again(other_connection):
+    """The abort locks the workflow's row, then its jobs'; a step completing at that moment
+    holds its job's row and waits for the workflow's. PostgreSQL ends one of them (the one that
+    waited first: here the abort); the abort, rolled back whole, goes again and aborts."""
+    workflow = chain(wf.crunch.s(0), wf.email.s(0)).enqueue()
+    running = workflow.job_ids[0]
+    Job.objects.filter(pk=running).update(status="running", started_at=timezone.now())
+    other_connection.execute("BEGIN")
+    # as the completion of the running step: its job's row first
+    other_connection.execute("SELECT 1 FROM pgjobs_job WHERE id = %s FOR UPDATE", [running])
+    outcome: list = []
+
+    def abort() -> None:
+        try:
+            outcome.append(abort_workflow(workflow.pk, requested_by="a test"))
+        except Exception as error:  # noqa: BLE001 (reported by the assertion below)
+            outcome.append(error)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=abort)
+    thread.start()
+    wait_until(waiting_on_a_lock, timeout=10)
+    # then the workflow's row, which the abort holds: a deadlock, found after deadlock_timeout
+    try:
+        other_connection.execute(
+            "SELECT 1 FROM pgjobs_workflow WHERE id = %s FOR UPDATE", [workflow.pk]
+        )
+    except psycopg.errors.DeadlockDetected:  # ended first on a slow machine: nothing to retry
+        pass
+    other_connection.execute("ROLLBACK")
+    thread.join(30)
+    assert outcome and not isinstance(outcome[0], Exception), outcome
+    assert outcome[0]["aborted"] and outcome[0]["requested"] == [running]
+    assert Workflow.objects.get(pk=workflow.pk).state == "aborted"
