@@ -178,6 +178,8 @@ def params_for(name: str) -> dict:
         "previous_due": None,
         "action": "requeue",
         "by": "admin user 'root'",
+        "new_key": True,
+        "key": "k-8",
         "max_age": 7 * 24 * 3600.0,
         "max_per_name": 1000,
         "flow_key": "key:k-7",
@@ -193,7 +195,7 @@ def params_for(name: str) -> dict:
         one = {"names": ["j"], "queues": ["q3"], "priorities": [0], "args": ["[]"]}
         params.update(one, kwargs=["{}"], run_afters=[None], max_attempts=[5], timeouts=[None])
         params.update(keep_results=[False], task_backends=[""], steps=[0], members=[0])
-        params.update(workflow_name="j", sizes="[1]", first_size=1)
+        params.update(workflow_name="j", sizes="[1]", first_size=1, groups="[]")
     if name == "extend_leases":
         params["lease_seconds"] = [60.0] * 3
     return params
