@@ -20,6 +20,7 @@ from django.utils.translation import gettext as _
 from . import db, registry
 from .conf import get_config
 from .payload import dump_arguments
+from .schedules import unique_key_of
 
 #: Replay rates: from one job an hour to ``MAX_REPLAY_RATE`` a second.
 MAX_REPLAY_RATE = 10_000.0
@@ -111,6 +112,38 @@ def check_arguments(name: str, args: list, kwargs: dict) -> CheckedArguments:
     return CheckedArguments(args_json, kwargs_json, definition.version)
 
 
+def _new_unique_key(
+    connection: Any, dead_letter_id: int, name: str, args: list, kwargs: dict
+) -> tuple[bool, str | None]:
+    """Whether the requeued job's unique key is computed anew, and that key: when the job's
+    ``unique_key`` function gave the dead letter's arguments its key (not a key given at the
+    call, ``.using(unique_key=...)``: that one is kept), the new arguments get theirs. Kept from
+    the old arguments, an order edited from #7 to #8 held #7's key. ``EditRefused`` when the
+    function fails on the new arguments."""
+    from .models import DeadLetter
+
+    definition = registry.get(name)
+    if getattr(definition, "unique_key", None) is None:
+        return False, None
+    row = DeadLetter.objects.using(connection.alias).filter(pk=dead_letter_id)
+    old = row.values("args", "kwargs", "unique_key", "waiting_key").first()
+    if old is None or (old["unique_key"] or old["waiting_key"]) is None:
+        return False, None
+    try:
+        from_function = unique_key_of(definition, old["args"], old["kwargs"])
+    except Exception:  # noqa: BLE001 (not its key, then: kept)
+        return False, None
+    if from_function != (old["unique_key"] or old["waiting_key"]):
+        return False, None
+    try:
+        return True, unique_key_of(definition, args, kwargs)
+    except Exception as error:  # noqa: BLE001 (the project's function, on the operator's input)
+        raise EditRefused(
+            _("the job's unique_key function fails on these arguments: %(error)s")
+            % {"error": f"{type(error).__name__}: {error}"}
+        ) from None
+
+
 def _signature(definition: registry.JobDefinition) -> str:
     """The parameters as written (annotations evaluated when they can be: modules with
     ``from __future__ import annotations`` hold them as strings)."""
@@ -135,6 +168,7 @@ def requeue_edited(
     dead letter ``dead_letter_id`` (of the job ``name``) with them; returns the new job's id, or
     None when the dead letter is gone or its unique key is held by a waiting or running job."""
     checked = check_arguments(name, args, kwargs)
+    new_key, key = _new_unique_key(connection, dead_letter_id, name, args, kwargs)
     params = {
         "id": dead_letter_id,
         "name": name,
@@ -142,6 +176,8 @@ def requeue_edited(
         "kwargs": checked.kwargs_json,
         "by": by,
         "version": checked.version,
+        "new_key": new_key,
+        "key": key,
     }
     with transaction.atomic(using=connection.alias):  # its workflow first: see queries.sql
         db.execute(connection, "lock_dead_letter_workflows", {"ids": [dead_letter_id]})

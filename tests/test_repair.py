@@ -13,6 +13,7 @@ from django.test import Client
 
 from django_pgjobs import db
 from django_pgjobs.models import DeadLetter, Job
+from testproject.handlers import unique
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -149,3 +150,39 @@ def test_an_edited_job_takes_the_payload_version_its_arguments_were_checked_agai
     assert old.version == 1
     operator.post(edit_url(old.pk), {"args": '["s"]', "kwargs": '{"amount": 3}'})
     assert Job.objects.get().version == 2  # not upgraded again: it fits version 2 already
+
+
+def test_an_edit_gives_the_job_the_unique_key_of_its_new_arguments(operator):
+    """The key came from the job's unique_key function: edited from report 7 to 8, the job
+    holds report 8's key (it held report 7's, and a second refresh of report 8 got in)."""
+    old = dead_letter(
+        name=unique.refresh_report.name, queue="unique", args=[7], unique_key="report:7"
+    )
+    operator.post(edit_url(old.pk), {"args": "[8]", "kwargs": "{}"})
+    assert Job.objects.get().unique_key == "report:8"
+    unique.refresh_report.enqueue(8)  # in flight already: no second job
+    assert Job.objects.count() == 1
+
+
+def test_an_edit_keeps_a_unique_key_given_at_the_call(operator):
+    old = dead_letter(
+        name=unique.refresh_report.name, queue="unique", args=[7], unique_key="nightly"
+    )
+    operator.post(edit_url(old.pk), {"args": "[8]", "kwargs": "{}"})
+    assert Job.objects.get().unique_key == "nightly"
+
+
+def test_an_edited_job_of_the_scope_waiting_holds_its_key_again(operator):
+    """As a plain requeue does: the job waits holding its key, so a second one is not added;
+    while a waiting job holds it, the dead letter stays (reported, not duplicated)."""
+    old = dead_letter(name=unique.refresh_prices.name, queue="unique", waiting_key="refresh-prices")
+    operator.post(edit_url(old.pk), {"args": "[]", "kwargs": '{"hold": ""}'})
+    (requeued,) = Job.objects.all()
+    assert (requeued.waiting_key, requeued.kept_waiting_key) == ("refresh-prices",) * 2
+    unique.refresh_prices.enqueue()
+    assert Job.objects.count() == 1
+    again = dead_letter(
+        name=unique.refresh_prices.name, queue="unique", waiting_key="refresh-prices"
+    )
+    operator.post(edit_url(again.pk), {"args": "[]", "kwargs": "{}"})
+    assert DeadLetter.objects.filter(pk=again.pk).exists() and Job.objects.count() == 1

@@ -1382,25 +1382,41 @@ SELECT id FROM pgjobs_workflow WHERE id = %(id)s FOR UPDATE;
 -- letter disappears exactly when its job appears, as in requeue_dead_letters. The new job links
 -- back to the dead letter (`replayed_from`) and its audit trail (`repairs`) gains one entry: who
 -- changed what, and when. A step of a workflow keeps its workflow, step and place, and its
--- workflow resumes as with requeue_dead_letters (resume_workflows). No row: the dead letter is
--- gone (requeued or deleted by someone else), or its unique key is held by a ready or running
--- job.
-WITH moved AS (
+-- workflow resumes as with requeue_dead_letters (resume_workflows). Its unique key (of either
+-- scope: `unique_key`, or `waiting_key` held again as requeue_dead_letters does) is `key` when
+-- `new_key` (the job's unique_key function gave the old arguments the old key: it gives the new
+-- ones theirs), else the dead letter's. No row: the dead letter is gone (requeued or deleted by
+-- someone else), or that key is held by a ready or running job (a waiting one: 'waiting').
+WITH keyed AS (
+    SELECT d.id,
+           CASE WHEN d.unique_key IS NOT NULL
+                THEN CASE WHEN %(new_key)s THEN %(key)s::text ELSE d.unique_key END END AS unique_key,
+           CASE WHEN d.waiting_key IS NOT NULL
+                THEN CASE WHEN %(new_key)s THEN %(key)s::text ELSE d.waiting_key END END
+               AS waiting_key
+    FROM pgjobs_deadletter AS d
+    WHERE d.id = %(id)s
+),
+moved AS (
     DELETE FROM pgjobs_deadletter AS d
-    WHERE d.id = %(id)s AND d.name = %(name)s
+    USING keyed AS k
+    WHERE d.id = %(id)s AND d.name = %(name)s AND k.id = d.id
       AND NOT EXISTS (
           SELECT 1 FROM pgjobs_job AS j
-          WHERE j.unique_key = d.unique_key AND j.status IN ('ready', 'running')
+          WHERE j.unique_key = k.unique_key AND j.status IN ('ready', 'running')
       )
-    RETURNING d.*
+      AND NOT EXISTS (SELECT 1 FROM pgjobs_job AS j WHERE j.waiting_key = k.waiting_key)
+    RETURNING d.*, k.unique_key AS new_unique_key, k.waiting_key AS new_waiting_key
 ),
 inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
-                            max_attempts, unique_key, timeout, created_at, worker, errors,
+                            max_attempts, unique_key, waiting_key, kept_waiting_key, timeout,
+                            created_at, worker, errors,
                             keep_result, task_backend, replayed_from, repairs, version,
                             workflow_id, workflow_step, workflow_member, flow_key)
     SELECT name, queue, priority, %(args)s::jsonb, %(kwargs)s::jsonb, 'ready', now(), 0,
-           max_attempts, unique_key, timeout, now(), '', errors, keep_result, task_backend, id,
+           max_attempts, new_unique_key, new_waiting_key, new_waiting_key, timeout, now(), '',
+           errors, keep_result, task_backend, id,
            repairs || jsonb_build_array(jsonb_build_object(
                'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
                'by', %(by)s::text, 'action', 'edit and requeue', 'dead_letter', id,
