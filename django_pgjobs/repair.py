@@ -177,7 +177,7 @@ def requeue_edited(
         "by": by,
         "version": checked.version,
         "new_key": new_key,
-        "key": key,
+        "edited_key": key,
     }
     with transaction.atomic(using=connection.alias):  # its workflow first: see queries.sql
         db.execute(connection, "lock_dead_letter_workflows", {"ids": [dead_letter_id]})

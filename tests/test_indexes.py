@@ -179,7 +179,7 @@ def params_for(name: str) -> dict:
         "action": "requeue",
         "by": "admin user 'root'",
         "new_key": True,
-        "key": "k-8",
+        "edited_key": "k-8",
         "max_age": 7 * 24 * 3600.0,
         "max_per_name": 1000,
         "flow_key": "key:k-7",

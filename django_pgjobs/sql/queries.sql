@@ -1383,16 +1383,18 @@ SELECT id FROM pgjobs_workflow WHERE id = %(id)s FOR UPDATE;
 -- back to the dead letter (`replayed_from`) and its audit trail (`repairs`) gains one entry: who
 -- changed what, and when. A step of a workflow keeps its workflow, step and place, and its
 -- workflow resumes as with requeue_dead_letters (resume_workflows). Its unique key (of either
--- scope: `unique_key`, or `waiting_key` held again as requeue_dead_letters does) is `key` when
--- `new_key` (the job's unique_key function gave the old arguments the old key: it gives the new
--- ones theirs), else the dead letter's. No row: the dead letter is gone (requeued or deleted by
--- someone else), or that key is held by a ready or running job (a waiting one: 'waiting').
+-- scope: `unique_key`, or `waiting_key` held again as requeue_dead_letters does) is
+-- `edited_key` when `new_key` (the job's unique_key function gave the old arguments the old
+-- key: it gives the new ones theirs), else the dead letter's. No row: the dead letter is gone
+-- (requeued or deleted by someone else), or that key is held by a ready or running job (a
+-- waiting one: 'waiting').
 WITH keyed AS (
     SELECT d.id,
            CASE WHEN d.unique_key IS NOT NULL
-                THEN CASE WHEN %(new_key)s THEN %(key)s::text ELSE d.unique_key END END AS unique_key,
+                THEN CASE WHEN %(new_key)s THEN %(edited_key)s::text ELSE d.unique_key END END
+               AS unique_key,
            CASE WHEN d.waiting_key IS NOT NULL
-                THEN CASE WHEN %(new_key)s THEN %(key)s::text ELSE d.waiting_key END END
+                THEN CASE WHEN %(new_key)s THEN %(edited_key)s::text ELSE d.waiting_key END END
                AS waiting_key
     FROM pgjobs_deadletter AS d
     WHERE d.id = %(id)s
