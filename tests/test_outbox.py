@@ -303,6 +303,29 @@ def test_the_admin_shows_the_backlog_and_the_metrics_have_it(admin_client):
     assert "pgjobs_outbox_oldest_age_seconds 9" in metrics
 
 
+def test_an_events_page_masks_the_values_of_redact_keys(admin_client):
+    """As a job's arguments are: the payload and the headers of an event waiting and of one
+    the broker refused show ``REDACT_KEYS`` values (password, token here) masked."""
+    refused = publish("t", {"nested": {"Token": "tok-7"}}, key="k")
+
+    def broker(message):
+        raise BrokerRefused("no route")
+
+    relay(broker).run_once()
+    waiting = publish("t", {"user": "ann", "password": "hunter2-pw"}, headers={"token": "tok-9"})
+    pages = [
+        f"/admin/django_pgjobs/outboxevent/{waiting}/change/",
+        f"/admin/django_pgjobs/outboxdeadletter/{refused}/change/",
+    ]
+    for url in pages:
+        response = admin_client.get(url)
+        assert response.status_code == 200, url
+        body = response.content.decode()
+        for secret in ("hunter2-pw", "tok-9", "tok-7"):
+            assert secret not in body, (url, secret)
+    assert "ann" in admin_client.get(pages[0]).content.decode()
+
+
 @pytest.mark.parametrize(
     ("publisher", "problem"),
     [

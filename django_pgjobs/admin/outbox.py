@@ -4,11 +4,32 @@ events (docs/howto/outbox.md)."""
 
 from __future__ import annotations
 
+import json
+
+from django.contrib import admin
 from django.db import connections, router
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
+from .. import redaction
 from ..outbox import status
 from .base import OperatorAdmin
+
+
+class RedactedPayload:
+    """An event's page shows its payload and headers with the values of ``REDACT_KEYS``
+    masked, as a job's arguments are (the raw columns are left out of the page)."""
+
+    exclude = ("payload", "headers")
+    readonly_fields = ("payload_shown", "headers_shown")
+
+    @admin.display(description=gettext_lazy("payload"))
+    def payload_shown(self, obj) -> str:
+        return json.dumps(redaction.redact_value(obj.payload), ensure_ascii=False)
+
+    @admin.display(description=gettext_lazy("headers"))
+    def headers_shown(self, obj) -> str:
+        return json.dumps(redaction.redact_value(obj.headers), ensure_ascii=False)
 
 
 def _age(seconds: float | None) -> str:
@@ -21,7 +42,7 @@ def _age(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-class OutboxEventAdmin(OperatorAdmin):
+class OutboxEventAdmin(RedactedPayload, OperatorAdmin):
     on_every_database = False  # the outbox lives on PGJOBS["DATABASE"] alone
     list_display = ("id", "topic", "key", "created_at", "attempts", "available_at", "last_error")
     list_filter = ()
@@ -43,7 +64,7 @@ class OutboxEventAdmin(OperatorAdmin):
         return super().changelist_view(request, {**(extra_context or {}), "subtitle": subtitle})
 
 
-class OutboxDeadLetterAdmin(OperatorAdmin):
+class OutboxDeadLetterAdmin(RedactedPayload, OperatorAdmin):
     on_every_database = False
     list_display = ("id", "topic", "key", "created_at", "failed_at", "attempts", "error")
     ordering = ("-failed_at", "-id")
