@@ -236,3 +236,27 @@ def test_run_after_must_carry_a_zone_when_the_project_uses_them():
     with override_settings(USE_TZ=False):
         naive = datetime(2030, 1, 1)
         assert validation.check_run_after(naive) is naive
+
+
+def test_an_abort_notice_marks_every_job_before_it_cancels_or_logs_any():
+    """An executor freed by the first job's stop takes its next held job at once: that job's
+    mark must already be there (an aborted workflow's held step would run otherwise)."""
+    from types import SimpleNamespace
+
+    from django_pgjobs.worker.aborts import mark_aborted
+    from django_pgjobs.worker.state import DispatcherState
+
+    state = DispatcherState()
+    jobs = [SimpleNamespace(id=i, name="j", abort_requested=False) for i in (1, 2, 3)]
+    for held in jobs:
+        state.held[held.id] = held
+    seen_at_each_cancel = []
+
+    class Executors:
+        def cancel_async(self, job, error):
+            seen_at_each_cancel.append([held.abort_requested for held in jobs])
+            return False
+
+    assert mark_aborted(state, Executors(), [1, 2, 3, 99]) == 3
+    assert seen_at_each_cancel == [[True, True, True]] * 3
+    assert mark_aborted(state, Executors(), [2]) == 0  # marked once
