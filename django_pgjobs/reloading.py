@@ -86,14 +86,14 @@ def watch_over_children() -> int:
 
     def wait_for_the_child(signum, frame) -> None:
         """SIGINT: the terminal's Ctrl-C reached the child too, which stops on it (passed on,
-        it would be a second signal there: running jobs given up). Only no child after it,
-        even if this one ends for a code change."""
+        it would be a second signal there: running jobs given up). Here it only means that no
+        child is started after this one, even if this one ends for a code change."""
         stopping.append(signum)
 
     previous = {
         signal.SIGTERM: signal.signal(signal.SIGTERM, pass_on),
-        # a handler that does nothing, not SIG_IGN: an ignored signal stays ignored in the
-        # child, whose Ctrl-C then did nothing at all (a handler is reset there to the default)
+        # a handler, not SIG_IGN: an ignored signal stays ignored in the child, whose Ctrl-C
+        # then did nothing at all (a handler is reset there to the default)
         signal.SIGINT: signal.signal(signal.SIGINT, wait_for_the_child),
     }
     try:
