@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from . import operations, retention
+from . import db, operations, retention
 from .admin import display
 from .admin.base import plural
 from .conf import get_config
@@ -23,16 +23,21 @@ PRUNE_TURN_WAIT_SECONDS = 10.0
 logger = logging.getLogger("django_pgjobs")
 
 
-def prune(older_than: float | None = None, keep_per_name: int | None = None) -> Outcome:
+def prune(
+    older_than: float | None = None, keep_per_name: int | None = None, dry_run: bool = False
+) -> Outcome:
     """Delete the successful jobs kept past their retention, as the worker's pruner does
     (``KEEP_SUCCEEDED_SECONDS``, ``KEEP_RESULTS_SECONDS``), ``PRUNE_BATCH`` per statement; the
     finished workflows past theirs (``KEEP_WORKFLOWS_SECONDS``) in bounded batches; then the dead
     letters past theirs (``DEAD_LETTER_MAX_AGE_SECONDS`` or ``older_than``,
     ``DEAD_LETTER_MAX_PER_NAME`` or ``keep_per_name``), in the workers' batches
     (``retention.prune_in_batches``: logged, counted in ``pgjobs_stat.pruned``), taking turns
-    with a worker pruning at the same time."""
+    with a worker pruning at the same time. ``dry_run``: count them (``count_prunable``),
+    delete nothing."""
     config = get_config()
     conn = connection()
+    if dry_run:
+        return _count(older_than, keep_per_name)
     pruned = 0
     while True:
         deleted = operations.prune_succeeded(
@@ -64,6 +69,30 @@ def prune(older_than: float | None = None, keep_per_name: int | None = None) -> 
     if not run.finished:
         message += "\nStopped early: another process kept the dead letters' pruning; run again."
     return Outcome(message, pruned + run.pruned)
+
+
+def _count(older_than: float | None, keep_per_name: int | None) -> Outcome:
+    """What ``prune`` would delete now, in its words ("Would prune ...")."""
+    config = get_config()
+    max_age = config.DEAD_LETTER_MAX_AGE_SECONDS if older_than is None else older_than
+    max_per_name = config.DEAD_LETTER_MAX_PER_NAME if keep_per_name is None else keep_per_name
+    params = {
+        "keep_seconds": config.KEEP_SUCCEEDED_SECONDS,
+        "keep_results_seconds": config.KEEP_RESULTS_SECONDS,
+        "keep_workflows_seconds": config.KEEP_WORKFLOWS_SECONDS,
+        "max_age": max_age,
+        "max_per_name": max_per_name,
+    }
+    row = db.execute(connection(), "count_prunable", params)[0]
+    message = f"Would prune {plural(row['succeeded'], 'successful job')} past their retention"
+    if row["workflows"]:
+        message += f", and {plural(row['workflows'], 'finished workflow')}"
+    message += "."
+    if max_age is not None or max_per_name is not None:
+        message += f"\nWould prune {plural(row['dead_letters'], 'dead letter')} past their "
+        message += "retention (" + "; ".join(_retention_words(max_age, max_per_name)) + ")."
+    counted = row["succeeded"] + row["workflows"] + row["dead_letters"]
+    return Outcome(message, counted, dry_run=True)
 
 
 def _age(seconds: float) -> str:

@@ -188,6 +188,7 @@ def params_for(name: str) -> dict:
         "burst": None,
         "lanes": 108,
         "idle_seconds": 86400.0,
+        "keep_workflows_seconds": 7 * 24 * 3600.0,
     }
     if name == "enqueue_jobs":
         params.update(args=["[]"], kwargs=["{}"])

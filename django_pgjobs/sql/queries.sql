@@ -1648,6 +1648,39 @@ deleted AS (
 )
 SELECT (SELECT count(*) FROM deleted) AS workflows, (SELECT count(*) FROM steps) AS jobs;
 
+-- name: count_prunable
+-- What `pgjobs prune --dry-run` reports: how many rows prune_succeeded, prune_workflows and
+-- prune_dead_letters would delete now, by their conditions (no LIMIT, no lock, no write). A dead
+-- letter counts once when it is both too old and beyond the newest `max_per_name` of its name.
+-- Reads every dead letter once (the per-name ranking); a one-off read for an operator, never the
+-- workers'.
+SELECT
+    (SELECT count(*) FROM pgjobs_job
+     WHERE status = 'successful'
+       AND finished_at < now() - LEAST(%(keep_seconds)s::float8, %(keep_results_seconds)s::float8)
+                                 * interval '1 second'
+       AND finished_at < now() - (CASE WHEN keep_result THEN %(keep_results_seconds)s::float8
+                                       ELSE %(keep_seconds)s::float8 END) * interval '1 second')
+        AS succeeded,
+    (SELECT count(*) FROM pgjobs_workflow AS w
+     WHERE w.finished_at < now() - %(keep_workflows_seconds)s::float8 * interval '1 second'
+       AND w.state <> 'running'
+       AND NOT EXISTS (SELECT 1 FROM pgjobs_job AS j
+                       WHERE j.workflow_id = w.id AND j.status <> 'cancelled')
+       AND NOT EXISTS (SELECT 1 FROM pgjobs_deadletter AS d WHERE d.workflow_id = w.id))
+        AS workflows,
+    (SELECT count(*) FROM (
+         SELECT d.failed_at,
+                row_number() OVER (PARTITION BY d.name ORDER BY d.failed_at DESC, d.id DESC)
+                    AS place
+         FROM pgjobs_deadletter AS d
+         WHERE %(max_age)s::float8 IS NOT NULL OR %(max_per_name)s::int IS NOT NULL
+     ) AS ranked
+     WHERE (%(max_age)s::float8 IS NOT NULL
+            AND ranked.failed_at < now() - %(max_age)s::float8 * interval '1 second')
+        OR (%(max_per_name)s::int IS NOT NULL AND ranked.place > %(max_per_name)s::int))
+        AS dead_letters;
+
 -- Statements of the admin dashboard and the per-minute queue statistics (pgjobs_stat).
 
 -- name: record_queue_stats

@@ -181,6 +181,7 @@ class Command(BaseCommand):
             metavar="N",
             help="Dead letters kept per job name, the newest: instead of DEAD_LETTER_MAX_PER_NAME.",
         )
+        prune.add_argument("--dry-run", action="store_true", help="Count, delete nothing.")
         for action in sub.choices.values():
             action.add_argument(
                 "--database",
@@ -256,7 +257,11 @@ class Command(BaseCommand):
         self.report(console.purge(_selection(options), options["dry_run"]))
 
     def do_prune(self, options):
-        self.report(pruning.prune(options["dead_letters_older_than"], options["keep_per_name"]))
+        self.report(
+            pruning.prune(
+                options["dead_letters_older_than"], options["keep_per_name"], options["dry_run"]
+            )
+        )
 
     def report(self, outcome: console.Outcome) -> None:
         """The admin's message, the ids touched (the new jobs of a requeue), what was left
