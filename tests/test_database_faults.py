@@ -16,7 +16,7 @@ from django.db import connection
 from helpers import database_url_for_tests, wait_until
 from tcp_proxy import TcpProxy
 
-from django_pgjobs.models import DeadLetter, Job
+from django_pgjobs.models import DeadLetter, Job, Worker
 from testproject.demo import jobs as demo
 from testproject.demo.models import Execution
 
@@ -206,5 +206,28 @@ def test_the_liveness_file_is_touched_while_the_database_is_away(start_worker, p
     os.utime(alive, (stale, stale))
     wait_until(lambda: alive.stat().st_mtime > stale + 3000, timeout=30)
     assert "database unavailable" in worker.output()  # still waiting: touched meanwhile
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.output()
+
+
+def test_a_worker_started_while_the_database_is_away_keeps_its_liveness_file_fresh(
+    start_worker, proxy, tmp_path
+):
+    """The database away when the worker starts: it waits to register, touching the liveness
+    file meanwhile (a probe would otherwise restart it for an outage), then registers and runs
+    the jobs once the database is back."""
+    alive = tmp_path / "alive"
+    proxy.refuse()
+    options = ("--shutdown-grace", "1", "--liveness-file", str(alive))
+    worker = start_behind(proxy, start_worker, *options, env=FAST_HEARTBEAT)
+    wait_until(lambda: "database unavailable" in worker.output(), timeout=30)
+    wait_until(alive.exists, timeout=30)
+    stale = time.time() - 3600
+    os.utime(alive, (stale, stale))
+    wait_until(lambda: alive.stat().st_mtime > stale + 3000, timeout=30)
+    assert not Worker.objects.exists()  # still waiting to register: touched meanwhile
+    proxy.restore()
+    demo.record.enqueue("after")
+    wait_until(lambda: Execution.objects.filter(label="after").exists(), timeout=30)
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0, worker.output()

@@ -1,5 +1,6 @@
-"""The worker's log lines that are not about one job: the start-up line and the periodic
-summary (``stats_interval``), which is also the last line a stopping worker writes."""
+"""The worker's log lines: the start-up line, the periodic summary (``stats_interval``), which
+is also the last line a stopping worker writes, and each finished job's at debug level
+(``runjobs -v 2``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 from django.db import connections
 
 from .options import WorkerOptions
-from .outcomes import Stats
+from .outcomes import Failed, Stats, Succeeded
 
 logger = logging.getLogger("django_pgjobs.worker")
 
@@ -69,3 +70,16 @@ def log_stats(stats: Stats, final: bool = False) -> None:
     )
     s.window_started = now
     s.window_finished = 0
+
+
+def log_finished(item: Succeeded | Failed) -> None:
+    job = item.job
+    logger.debug(
+        "job %s #%s %s in %.1f ms (attempt %d/%d)",
+        job.name,
+        job.id,
+        "succeeded" if isinstance(item, Succeeded) else f"failed ({type(item.error).__name__})",
+        item.duration * 1000,
+        job.attempts,
+        job.max_attempts,
+    )

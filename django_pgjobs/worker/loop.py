@@ -30,7 +30,7 @@ from .faults import DispatcherDatabase, LoopBackoff
 from .holding import Prefetch
 from .inline import InlineDatabase, InlineExecutors
 from .listener import Listener
-from .logs import log_start, log_stats, warn_unused_queues
+from .logs import log_finished, log_start, log_stats, warn_unused_queues
 from .maintenance import (
     DeadLetterRetention,
     HeartbeatConfig,
@@ -139,6 +139,10 @@ class Worker:
             worker_id=self.id,
         )
         self.listener = Listener(o.alias, o.queues, self.stop, self.inbox) if o.listen else None
+        if o.liveness_file is not None:  # touched from the start, waiting to register included
+            self.liveness = LivenessFile(
+                LivenessConfig(o.liveness_file, o.heartbeat_seconds), self.db
+            )
         self.shutdown = Shutdown(
             db=self.db,
             state=self.state,
@@ -153,8 +157,6 @@ class Worker:
     def _maintenance_units(self) -> list[MaintenanceUnit]:
         """The periodic units, in the order they run within a turn."""
         o, db = self.options, self.db
-        if o.liveness_file is not None:
-            self.liveness = LivenessFile(LivenessConfig(o.liveness_file, o.heartbeat_seconds), db)
         if o.vacuum_interval is not None and not o.inline:
             self.vacuum = TableVacuum(db, VacuumConfig(o.vacuum_interval))
         return [
@@ -248,6 +250,8 @@ class Worker:
         if self.listener:
             self.listener.start()
         log_start(self.options, self.id, self.slots.enabled)
+        if self.liveness:
+            self.liveness.run_if_due(time.monotonic())
         try:
             self.db.with_retries(self._register)
         except DatabaseError:
@@ -390,7 +394,7 @@ class Worker:
         if isinstance(item, (Succeeded, Failed)):
             self.prefetch.observe(item.job.name, item.duration)
             if logger.isEnabledFor(logging.DEBUG):  # runjobs -v 2: every finished job
-                _log_finished(item)
+                log_finished(item)
         if isinstance(item, Succeeded):
             self._succeeded(item)
         elif isinstance(item, Failed):
@@ -435,16 +439,3 @@ def _outcome_of(item) -> str:
     if isinstance(item, Succeeded):
         return tracing.SUCCEEDED
     return tracing.HANDED_BACK if isinstance(item, HandBack) else tracing.LOST
-
-
-def _log_finished(item: Succeeded | Failed) -> None:
-    job = item.job
-    logger.debug(
-        "job %s #%s %s in %.1f ms (attempt %d/%d)",
-        job.name,
-        job.id,
-        "succeeded" if isinstance(item, Succeeded) else f"failed ({type(item.error).__name__})",
-        item.duration * 1000,
-        job.attempts,
-        job.max_attempts,
-    )
