@@ -98,7 +98,7 @@ def chain(*items: Step | Group | Chain) -> Chain:
 
 _COLUMNS = (
     "names", "queues", "priorities", "args", "kwargs", "run_afters", "max_attempts",
-    "timeouts", "keep_results", "task_backends", "steps", "members",
+    "timeouts", "keep_results", "task_backends", "versions", "steps", "members",
 )  # fmt: skip
 
 
@@ -128,7 +128,8 @@ def _rows(workflow: Chain) -> tuple[dict[str, list[Any]], list[int]]:
                 _COLUMNS,
                 (params["name"], params["queue"], params["priority"], args_json, kwargs_json,
                  params["run_after"], params["max_attempts"], params["timeout"],
-                 params["keep_result"], params["task_backend"], index, member),
+                 params["keep_result"], params["task_backend"], params["version"], index,
+                 member),
                 strict=True,
             ):  # fmt: skip
                 columns[column].append(value)

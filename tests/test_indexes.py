@@ -195,7 +195,8 @@ def params_for(name: str) -> dict:
     if name == "enqueue_workflow":
         one = {"names": ["j"], "queues": ["q3"], "priorities": [0], "args": ["[]"]}
         params.update(one, kwargs=["{}"], run_afters=[None], max_attempts=[5], timeouts=[None])
-        params.update(keep_results=[False], task_backends=[""], steps=[0], members=[0])
+        params.update(keep_results=[False], task_backends=[""], versions=[1])
+        params.update(steps=[0], members=[0])
         params.update(workflow_name="j", sizes="[1]", first_size=1, groups="[]")
     if name == "extend_leases":
         params["lease_seconds"] = [60.0] * 3

@@ -285,7 +285,8 @@ FROM (SELECT count(*) FROM woken) AS notified;
 -- per-job values as parallel arrays (unnest, in step order), the first step's jobs 'ready', the
 -- later ones 'blocked' (outside the claim's index) until advance_workflows releases them. Workers
 -- of the first step's queues are woken when `notify`. Returns the workflow's id and its jobs'
--- ids in input order.
+-- ids in input order. Each job carries its payload's `version`, as enqueue_job writes it (left
+-- to the column's default, a step of a @job(version=2) was "upgraded" from version 1 when run).
 WITH workflow AS (
     INSERT INTO pgjobs_workflow (name, state, step, remaining, sizes, groups, reason, created_at)
     VALUES (%(workflow_name)s::text, 'running', 0, %(first_size)s::int, %(sizes)s::jsonb,
@@ -295,15 +296,16 @@ WITH workflow AS (
 inserted AS (
     INSERT INTO pgjobs_job (name, queue, priority, args, kwargs, status, run_after, attempts,
                             max_attempts, timeout, created_at, worker, errors, keep_result,
-                            task_backend, workflow_id, workflow_step, workflow_member)
+                            task_backend, version, workflow_id, workflow_step, workflow_member)
     SELECT n, q, p, a, k, CASE WHEN s = 0 THEN 'ready' ELSE 'blocked' END, COALESCE(r, now()), 0,
-           m, t, now(), '', '[]'::jsonb, kr, tb, workflow.id, s, mem
+           m, t, now(), '', '[]'::jsonb, kr, tb, v, workflow.id, s, mem
     FROM workflow,
          unnest(%(names)s::text[], %(queues)s::text[], %(priorities)s::smallint[],
                 %(args)s::jsonb[], %(kwargs)s::jsonb[], %(run_afters)s::timestamptz[],
                 %(max_attempts)s::int[], %(timeouts)s::float8[], %(keep_results)s::boolean[],
-                %(task_backends)s::text[], %(steps)s::int[], %(members)s::int[])
-             AS rows(n, q, p, a, k, r, m, t, kr, tb, s, mem)
+                %(task_backends)s::text[], %(versions)s::int[], %(steps)s::int[],
+                %(members)s::int[])
+             AS rows(n, q, p, a, k, r, m, t, kr, tb, v, s, mem)
     RETURNING id, queue, status, run_after
 ),
 woken AS (
@@ -1336,7 +1338,9 @@ FROM inserted, (SELECT count(*) FROM woken) AS notified,
 -- Only while every job its current step still counts on (`remaining`) is there to finish: a
 -- member whose dead letter was deleted (by an operator, or pruned) never will, and resumed
 -- without it the workflow waited as 'running' for ever; it stays failed, its requeued steps
--- run and are counted.
+-- run and are counted. Each step keeps its own due time: one enqueued for later (run_after,
+-- delay) stays due then, one whose time has passed is due now (in line from the resume on),
+-- and every other column (queue, priority, attempts...) is left as it was enqueued.
 resumed AS (
     UPDATE pgjobs_workflow AS w
     SET state = 'running', reason = '', finished_at = NULL
@@ -1354,7 +1358,7 @@ resumed AS (
 uncancelled AS (
     UPDATE pgjobs_job AS j
     SET status = CASE WHEN j.workflow_step = r.step THEN 'ready' ELSE 'blocked' END,
-        run_after = now()
+        run_after = GREATEST(j.run_after, now())
     FROM resumed AS r
     WHERE j.workflow_id = r.id AND j.status = 'cancelled'
     RETURNING pg_notify('pgjobs', j.queue)
