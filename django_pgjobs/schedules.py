@@ -183,13 +183,14 @@ def jobs_connection() -> Connection:
     return db.jobs_connection()
 
 
-def run_now(connection: Connection, schedule, definition: Any) -> int:
-    """Enqueue a schedule's job now (the admin's "run now"), paused or not; the job's id."""
+def run_now(connection: Connection, schedule, definition: Any) -> int | None:
+    """Enqueue a schedule's job now (the admin's "run now"), paused or not: the job's id,
+    ``SKIPPED`` when a job holding its unique key is in flight, or None when nothing was
+    fired: the schedule's row is gone (deleted since ``schedule`` was read: the fire locks the
+    row, so a delete being committed is waited for), or another run now of it took this very
+    microsecond."""
     row = {"id": schedule.pk, "args": schedule.args, "kwargs": schedule.kwargs}
-    job_id = fire(connection, row, definition, timezone.now(), None, manual=True)
-    if job_id is None:  # the same microsecond as another run now
-        raise RuntimeError(f"schedule {schedule.name!r} was run now twice at once")
-    return job_id  # SKIPPED: a job holding its unique key is in flight
+    return fire(connection, row, definition, timezone.now(), None, manual=True)
 
 
 def declared_values(declared: cron.Cron) -> tuple:

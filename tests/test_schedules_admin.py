@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+import threading
 
 import pytest
 from admin_data import PASSWORD, make_user, messages_text
 from browser_support import log_in, screenshot, sync_api
 from django.core.checks import run_checks
 from django.core.management import call_command
+from django.db import connections
 from django.utils import timezone
 from helpers import schedule_looks as looks
 from helpers import wait_until
 
-from django_pgjobs import schedules
+from django_pgjobs import job, schedules
 from django_pgjobs.models import Job, Schedule, ScheduleFire
 from testproject.demo import jobs as demo
 from testproject.demo.models import Execution
@@ -29,7 +31,8 @@ RECORD = demo.record.name
 
 def every_minute(**fields) -> Schedule:
     fields.setdefault("args", ["scheduled"])
-    row = Schedule(name=fields.pop("name", "report"), job_name=RECORD, cron="* * * * *", **fields)
+    fields.setdefault("job_name", RECORD)
+    row = Schedule(name=fields.pop("name", "report"), cron="* * * * *", **fields)
     row.next_fire_at = schedules.first_fire(row.cron, row.time_zone)
     row.save()
     return row
@@ -106,6 +109,65 @@ def test_pause_resume_and_run_now_are_actions(admin_client):
 
     page = admin_client.get(f"{CHANGELIST}{row.pk}/change/").content.decode()
     assert f"job #{fire.job_id}: ready" in page and "(run now)" in page
+
+
+@pytest.mark.parametrize("action", ["run_now", "pause", "resume"])
+def test_an_action_on_a_schedule_deleted_since_the_list_was_shown_says_so(admin_client, action):
+    """The list was shown, then another admin deleted a selected schedule: the action does the
+    rest and says what it could not do (run now said nothing at all)."""
+    kept, gone = every_minute(name="kept"), every_minute(name="gone")
+    Schedule.objects.filter(pk__in=[kept.pk, gone.pk]).update(paused=action == "resume")
+    Schedule.objects.filter(pk=gone.pk).delete()
+    response = act(admin_client, action, kept, gone)
+    assert response.status_code == 200
+    said = messages_text(response)
+    assert (
+        "1 selected schedule no longer exists (deleted since the list was shown): nothing was "
+        "done for it." in said
+    ), said
+    if action == "run_now":
+        (fire,) = ScheduleFire.objects.all()
+        assert fire.schedule_id == kept.pk and f"Ran kept now: job #{fire.job_id}." in said
+    else:
+        assert Schedule.objects.get().paused == (action == "pause")
+        assert f"{action.title()}d 1 schedule." in said
+
+
+def waiting_on_a_schedule_lock(conn) -> bool:
+    conn.execute("SELECT pg_stat_clear_snapshot()")  # else the transaction's first snapshot
+    return (
+        conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' AND query ILIKE '%pgjobs_schedule%'"
+        ).fetchone()[0]
+        == 1
+    )
+
+
+def test_run_now_of_a_schedule_deleted_while_it_fires_says_so(admin_client, other_connection):
+    """Deleted after the action read it: the fire waits for the delete's lock, then finds no
+    row and enqueues nothing. It was a server error (500)."""
+    row = every_minute(name="racing")
+    sent: list = []
+
+    def run_now() -> None:
+        try:
+            sent.append(act(admin_client, "run_now", row))
+        except Exception as error:  # the test client re-raises a view's exception
+            sent.append(error)
+        finally:
+            connections.close_all()
+
+    with other_connection.transaction():  # another admin's delete, committed once the fire waits
+        other_connection.execute("DELETE FROM pgjobs_schedule WHERE id = %s", (row.pk,))
+        thread = threading.Thread(target=run_now)
+        thread.start()
+        wait_until(lambda: waiting_on_a_schedule_lock(other_connection), timeout=30, interval=0.01)
+    thread.join(30)
+    (response,) = sent
+    assert not isinstance(response, Exception), response
+    assert messages_text(response) == ["racing: not run, it no longer exists (deleted meanwhile)."]
+    assert not ScheduleFire.objects.exists() and not Job.objects.exists()
 
 
 def test_a_schedule_declared_in_code_keeps_its_definition_from_the_code(admin_client):
@@ -195,6 +257,84 @@ def test_a_schedule_whose_job_is_gone_is_reported_by_the_check_and_the_admin(adm
     )
     assert not ScheduleFire.objects.exists()
     call_command("check", "--database", "default", "--fail-level", "ERROR")
+
+
+# -- values of PGJOBS["REDACT_KEYS"] (the test project masks password and token) -----------------
+
+SECRETS = ("hunter2-password", "tok-3f9a7c1d")
+
+
+@job(unique_key=lambda user, password, options=None: {}[password])  # quotes it in its error
+def sign_in(user: str, password: str, options: dict | None = None) -> None:
+    pass
+
+
+def secret_schedule(**fields) -> Schedule:
+    return every_minute(
+        job_name=sign_in.name,
+        args=["ann", SECRETS[0]],  # positional: masked by its parameter's name
+        kwargs={"options": {"token": SECRETS[1], "lang": "en"}},
+        **fields,
+    )
+
+
+@pytest.mark.parametrize(
+    "perms", [("view_schedule",), ("view_schedule", "change_schedule"), "superuser"]
+)
+def test_the_schedule_pages_mask_the_values_the_job_pages_mask(client, perms):
+    added, declared = secret_schedule(name="added"), secret_schedule(name="code", source="code")
+    if perms == "superuser":
+        user = make_user("root")
+        user.is_superuser = True
+        user.save()
+    else:
+        user = make_user("someone", perms=perms)
+    client.force_login(user)
+    listing = client.get(CHANGELIST)
+    assert (
+        "its unique_key function raised KeyError: &#x27;********&#x27;" in listing.content.decode()
+    )
+    pages = [listing] + [client.get(f"{CHANGELIST}{r.pk}/change/") for r in (added, declared)]
+    for response in pages:
+        assert response.status_code == 200
+        content = html.unescape(response.content.decode())
+        assert all(secret not in content for secret in SECRETS), response.request
+    for response in pages[1:]:
+        content = html.unescape(response.content.decode())
+        assert '"********"' in content and '"lang": "en"' in content and '"ann"' in content
+        assert 'name="args"' not in content and 'name="kwargs"' not in content
+
+
+def test_a_schedule_holding_masked_values_keeps_them_when_its_other_fields_are_saved(
+    admin_client,
+):
+    row = secret_schedule(name="nightly")
+    page = admin_client.get(f"{CHANGELIST}{row.pk}/change/").content.decode()
+    assert 'name="cron"' in page and "Not editable here" in page
+    data = {"name": "nightly", "job_name": sign_in.name, "cron": "@daily", "time_zone": ""}
+    response = admin_client.post(f"{CHANGELIST}{row.pk}/change/", {**data, "catch_up": "1"})
+    assert response.status_code == 302, response.content.decode()[:3000]
+    row.refresh_from_db()
+    assert (row.cron, row.args) == ("@daily", ["ann", SECRETS[0]])
+    assert row.kwargs == {"options": {"token": SECRETS[1], "lang": "en"}}
+    plain = every_minute(name="plain")  # nothing to mask: edited in the form as before
+    assert 'name="args"' in admin_client.get(f"{CHANGELIST}{plain.pk}/change/").content.decode()
+
+
+def test_no_filter_from_the_url_reads_inside_a_schedules_arguments(client):
+    """Counting the rows of ``?kwargs__options__token__startswith=t`` would tell a masked value
+    a character at a time: refused (400), as on the job pages."""
+    secret_schedule(name="nightly")
+    client.force_login(make_user("viewer", perms=("view_schedule",)))
+    for lookup in [
+        {"kwargs__options__token__startswith": SECRETS[1][:3]},
+        {"args__1__startswith": "h"},
+        {"args__contains": SECRETS[0]},
+        {"kwargs__has_key": "options"},
+        {"kwargs": "{}"},
+    ]:
+        assert client.get(CHANGELIST, lookup).status_code == 400, lookup
+    assert client.get(CHANGELIST, {"paused__exact": "0"}).context["cl"].result_count == 1
 
 
 def test_pause_and_run_now_in_a_browser_with_a_worker_running(

@@ -11,23 +11,27 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.db import transaction
+from django.db.models.constants import LOOKUP_SEP
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
-from .. import cron, registry, schedules
+from .. import cron, redaction, registry, schedules
 from ..conf import get_config
 from ..models import DeadLetter, Job, Schedule, ScheduleFire
 from ..payload import dump_arguments
 from ..states import view_label
-from . import display
-from .base import CappedChangeList, CappedPaginator
+from . import display, values
+from .base import CappedChangeList, CappedPaginator, row_id
 from .databases import on_this_database
 
 DEFINITION = ("job_name", "cron", "time_zone", "args", "kwargs", "catch_up")
+#: The read-only fields showing a schedule's arguments, values of PGJOBS["REDACT_KEYS"] masked.
+SHOWN = {"args": "shown_args", "kwargs": "shown_kwargs"}
 #: Fires shown on a schedule's page.
 RECENT_FIRES = 20
 
@@ -91,7 +95,9 @@ class ScheduleForm(forms.ModelForm):
 
     def clean(self):
         data = super().clean()
-        args, kwargs = data.get("args"), data.get("kwargs")
+        # shown read-only (declared in code, or holding values the admin masks): the row's own
+        args = data.get("args") if "args" in self.fields else self.instance.args
+        kwargs = data.get("kwargs") if "kwargs" in self.fields else self.instance.kwargs
         if "args" in data and not isinstance(args, list):
             self.add_error("args", _('A JSON array, e.g. [1, "a"].'))
         if "kwargs" in data and not isinstance(kwargs, dict):
@@ -139,6 +145,14 @@ class ScheduleAdmin(admin.ModelAdmin):
     def get_changelist(self, request, **kwargs):
         return CappedChangeList  # paged as the other lists; a NUL in a lookup lists nothing
 
+    def lookup_allowed(self, lookup, value, request=None) -> bool:
+        """No filter from the query string reads inside args or kwargs (a 400): the rows
+        ``?kwargs__token__startswith=a`` counts would tell a masked value a character at a
+        time."""
+        if lookup.split(LOOKUP_SEP, 1)[0] in SHOWN:
+            return False
+        return super().lookup_allowed(lookup, value, request)
+
     def get_queryset(self, request):
         return super().get_queryset(request).using(get_config().DATABASE)
 
@@ -148,13 +162,27 @@ class ScheduleAdmin(admin.ModelAdmin):
             # the code owns them: changed there, synced at worker start; the name too (the row
             # is found by it: renamed, the next worker start would add a second, firing twice)
             fields += ["name", *DEFINITION]
+        if obj is not None and self.arguments_shown(request, obj):
+            fields += SHOWN.values()
         return fields
 
     def get_fields(self, request, obj=None):
         fields = ["name", "paused", *DEFINITION]
         if obj is not None:
+            if self.arguments_shown(request, obj):
+                fields = [SHOWN.get(name, name) for name in fields]
             fields += ["source", "next_run", "last_run", "last_outcome", "recent_fires"]
         return fields
+
+    def arguments_shown(self, request, obj) -> bool:
+        """Whether a schedule's page shows its arguments read-only, masked, rather than in the
+        form: declared in code, seen without ``change_schedule``, or holding values the admin
+        masks (a form would hand them out, and saving the mask would overwrite them)."""
+        return (
+            obj.source == "code"
+            or not self.has_change_permission(request, obj)
+            or _holds_secrets(obj)
+        )
 
     def save_model(self, request, obj, form, change):
         changed = not change or any(name in form.changed_data for name in (*DEFINITION, "paused"))
@@ -176,10 +204,20 @@ class ScheduleAdmin(admin.ModelAdmin):
             why = _("{} (no longer declares cron=: fires nothing)")
             return _problem("pgjobs.W003", format_html(why, name))
         problem = schedules.unfit(known[obj.job_name], obj.args, obj.kwargs)
-        if problem is not None:
+        if problem is not None:  # a unique_key function's error may quote a masked value
+            secrets = redaction.redact_job_call(obj.job_name, obj.args, obj.kwargs)[2]
+            problem = redaction.hide(problem, secrets)
             why = _("{} (arguments do not fit: {}; fires nothing)")
             return _problem("pgjobs.W004", format_html(why, name, problem))
         return name
+
+    @admin.display(description=gettext_lazy("args"))
+    def shown_args(self, obj):
+        return _arguments_html(obj, "args")
+
+    @admin.display(description=gettext_lazy("kwargs"))
+    def shown_kwargs(self, obj):
+        return _arguments_html(obj, "kwargs")
 
     @admin.display(description=gettext_lazy("time zone"))
     def zone(self, obj):
@@ -261,12 +299,15 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     @admin.action(description=gettext_lazy("Pause selected schedules"), permissions=["change"])
     def pause(self, request, queryset):
+        found = set(queryset.values_list("pk", flat=True))
         count = queryset.filter(paused=False).update(paused=True, changed_at=timezone.now())
         done = ngettext("Paused %(n)s schedule.", "Paused %(n)s schedules.", count)
         messages.success(request, done % {"n": f"{count:,}"})
+        _say_gone(request, found)
 
     @admin.action(description=gettext_lazy("Resume selected schedules"), permissions=["change"])
     def resume(self, request, queryset):
+        found = set(queryset.values_list("pk", flat=True))
         count = 0
         with transaction.atomic(using=get_config().DATABASE):
             for row in queryset.select_for_update().filter(paused=True):
@@ -276,11 +317,14 @@ class ScheduleAdmin(admin.ModelAdmin):
                 count += 1
         done = ngettext("Resumed %(n)s schedule.", "Resumed %(n)s schedules.", count)
         messages.success(request, done % {"n": f"{count:,}"})
+        _say_gone(request, found)
 
     @admin.action(description=gettext_lazy("Run selected schedules now"), permissions=["change"])
     def run_now(self, request, queryset):
         connection = schedules.jobs_connection()
-        for row in queryset:
+        rows = list(queryset)
+        _say_gone(request, {row.pk for row in rows})
+        for row in rows:
             try:
                 definition = registry.get(row.job_name)
             except registry.UnknownJobError:
@@ -294,6 +338,9 @@ class ScheduleAdmin(admin.ModelAdmin):
                 messages.error(request, f"{row.name}: not run, {problem}.")
                 continue
             job_id = schedules.run_now(connection, row, definition)
+            if job_id is None:
+                messages.warning(request, _not_fired(row))
+                continue
             if job_id == schedules.SKIPPED:
                 messages.warning(
                     request,
@@ -305,6 +352,71 @@ class ScheduleAdmin(admin.ModelAdmin):
                 request,
                 _("Ran %(schedule)s now: job #%(id)s.") % {"schedule": row.name, "id": job_id},
             )
+
+
+def _gone_ids(request, found: set[int]) -> set[int]:
+    """The ids a list action's POST selected that are not in ``found`` (what it acted on) and
+    no longer exist: deleted since the list was shown, by another admin or a script."""
+    selected = {row_id(text) for text in request.POST.getlist(ACTION_CHECKBOX_NAME)}
+    missing = selected - found - {None}
+    if not missing:
+        return set()
+    rows = Schedule.objects.using(get_config().DATABASE)
+    return missing - set(rows.filter(pk__in=missing).values_list("pk", flat=True))
+
+
+def _say_gone(request, found: set[int]) -> None:
+    gone = len(_gone_ids(request, found))
+    if gone:
+        text = ngettext(
+            "%(n)s selected schedule no longer exists (deleted since the list was shown): "
+            "nothing was done for it.",
+            "%(n)s selected schedules no longer exist (deleted since the list was shown): "
+            "nothing was done for them.",
+            gone,
+        )
+        messages.warning(request, text % {"n": f"{gone:,}"})
+
+
+def _not_fired(row: Schedule) -> str:
+    """Why run now fired nothing for ``row``, read before: its row is gone, or another run now
+    of it took the same microsecond (a fire time runs once)."""
+    if not Schedule.objects.using(get_config().DATABASE).filter(pk=row.pk).exists():
+        return _("%(schedule)s: not run, it no longer exists (deleted meanwhile).") % {
+            "schedule": row.name
+        }
+    return _("%(schedule)s: not run, another run now of it took the same moment.") % {
+        "schedule": row.name
+    }
+
+
+def _masked(obj: Schedule) -> tuple:
+    """A schedule's ``(args, kwargs)`` as the job pages show a job's: the values of
+    ``PGJOBS["REDACT_KEYS"]`` keys, and of parameters of such names, as ``********``."""
+    return redaction.redact_job_call(obj.job_name, obj.args, obj.kwargs)[:2]
+
+
+def _holds_secrets(obj: Schedule) -> bool:
+    return _masked(obj) != (obj.args, obj.kwargs)
+
+
+def _arguments_html(obj: Schedule, column: str) -> str:
+    """A schedule's args or kwargs as its page shows them read-only: masked, pretty-printed;
+    with why they are not in the form when masking is the reason."""
+    shown = _masked(obj)
+    value = shown[0] if column == "args" else shown[1]
+    text = values.pretty(value) or values.compact(value, limit=values.PREVIEW_CHARS)
+    note = ""
+    if obj.source == "admin" and shown != (obj.args, obj.kwargs):
+        note = format_html(
+            '<div class="help">{}</div>',
+            _(
+                "Not editable here: the arguments hold values the admin masks "
+                "(PGJOBS['REDACT_KEYS']). To change them, add a schedule with the new "
+                "arguments and delete this one."
+            ),
+        )
+    return format_html('<pre class="pgjobs-pre">{}</pre>{}', text, note)
 
 
 def _problem(check: str, text: str) -> str:
