@@ -17,16 +17,24 @@ error (docs/howto/flow-control.md). Why keys and not locks: docs/explanation/flo
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from . import db
 from .conf import get_config
 from .validation import check_rate_limit
 
-__all__ = ["FLOW_WAKE_PREFIX", "NO_FLOW", "flow_params", "prune_flow_keys"]
+__all__ = [
+    "FLOW_WAKE_PREFIX",
+    "NO_FLOW",
+    "flow_params",
+    "prune_flow_keys",
+    "remember_limits",
+    "requeued_key_limits",
+]
 
-#: A key with no job ready nor running for this long is deleted (``prune_flow_keys``); its next
-#: job writes it again, with a full bucket.
+#: A key with no job ready nor running for this long (since it was last served or went idle) is
+#: deleted (``prune_flow_keys``); its next job writes it again, with a full bucket.
 FLOW_KEY_IDLE_SECONDS = 24 * 3600.0
 
 #: The notification of a due job with a flow key says ``flow:<queue>`` (the plain one
@@ -35,6 +43,12 @@ FLOW_WAKE_PREFIX = "flow:"
 
 #: The flow parameters of a job without flow control (its statement takes none).
 NO_FLOW: dict[str, Any] = {}
+
+#: ``(concurrency_limit, rate_limit)`` of every registered job, by name, as the registry tells
+#: them (``remember_limits``): the requeue of a dead letter whose key was pruned writes the key
+#: again with them (``requeued_key_limits``). Kept here because the requeue runs in
+#: ``operations``, which cannot import the registry (the registry imports it).
+_JOB_LIMITS: dict[str, tuple[int | None, str | None]] = {}
 
 
 def flow_params(definition: Any, options: Any, queue: str) -> dict[str, Any]:
@@ -78,6 +92,45 @@ def flow_params(definition: Any, options: Any, queue: str) -> dict[str, Any]:
 def _params(key: str, limit: int | None, rate_limit: str | None) -> dict[str, Any]:
     rate, burst = check_rate_limit(rate_limit) if rate_limit is not None else (None, None)
     return {"flow_key": key, "concurrency_limit": limit, "rate": rate, "burst": burst}
+
+
+def remember_limits(definition: Any) -> None:
+    """Keep the limits of a job the registry registers (``registry``): a requeue reads them."""
+    _JOB_LIMITS[definition.name] = (definition.concurrency_limit, definition.rate_limit)
+
+
+def requeued_key_limits(connection: Any, ids: Iterable[int]) -> dict[str, list[Any]]:
+    """The limits a requeue of dead letters ``ids`` writes their flow keys with when the pruner
+    deleted them meanwhile (the part ``requeue_flow_keys``): what an enqueue of their jobs would
+    give each key now (a job no longer registered: one at a time), and of several jobs sharing a
+    concurrency key, the smallest limit. As the statement takes them: parallel arrays
+    ``flow_keys``, ``flow_limits``, ``flow_rates``, ``flow_bursts``."""
+    limits: dict[str, dict[str, Any]] = {}
+    for row in db.execute(connection, "dead_letter_flow_keys", {"ids": list(ids)}):
+        these = _limits_of_key(row["flow_key"], row["name"])
+        known = limits.setdefault(row["flow_key"], these)
+        if None not in (known["concurrency_limit"], these["concurrency_limit"]):
+            known["concurrency_limit"] = min(known["concurrency_limit"], these["concurrency_limit"])
+    return {
+        "flow_keys": list(limits),
+        "flow_limits": [one["concurrency_limit"] for one in limits.values()],
+        "flow_rates": [one["rate"] for one in limits.values()],
+        "flow_bursts": [one["burst"] for one in limits.values()],
+    }
+
+
+def _limits_of_key(key: str, name: str) -> dict[str, Any]:
+    kind, _, rest = key.partition(":")
+    if kind == "fair":
+        return _params(key, None, None)
+    if kind == "queue":
+        return _params(key, None, get_config().QUEUE_RATE_LIMITS.get(rest))
+    if name not in _JOB_LIMITS:  # no such job any more: the worker dead-letters it when claimed
+        return _params(key, 1, None)
+    limit, rate_limit = _JOB_LIMITS[name]
+    if kind == "job":
+        return _params(key, limit, rate_limit)
+    return _params(key, limit or 1, None)  # key:<concurrency key>
 
 
 def prune_flow_keys(connection: Any, idle_seconds: float = FLOW_KEY_IDLE_SECONDS) -> int:

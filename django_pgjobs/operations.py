@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 from django.db import IntegrityError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from . import db
+from . import db, flow
 from .claims import Claim, ClaimBuilder, ClaimedJob, ClaimPlan  # noqa: F401 (the last two: re-exported)
 from .conf import get_config
 from .validation import check_queue
@@ -334,16 +334,14 @@ def requeue_dead_letters_spread(
     requeued; one of the scope ``waiting`` waits holding its key again. When a concurrent enqueue
     or requeue inserts the same key between the statement's check and its insert, the statement
     fails as a whole (nothing moved) inside a savepoint and runs once more: the second run sees
-    the committed job and leaves that dead letter where it is.
+    the committed job and leaves that dead letter where it is. A flow key the pruner deleted
+    meanwhile is written again with the limits its jobs' code gives it now
+    (``flow.requeued_key_limits``).
     """
     action = "requeue" if not spacing_seconds else f"replay, {1 / spacing_seconds:g} a second"
-    params = {
-        "ids": list(ids),
-        "spacing": spacing_seconds,
-        "previous_due": previous_due,
-        "requested_by": requested_by,
-        "action": action,
-    }
+    params = {"ids": list(ids), "spacing": spacing_seconds, "previous_due": previous_due}
+    params |= {"requested_by": requested_by, "action": action}
+    params |= flow.requeued_key_limits(connection, ids)
     for last_try in (False, True):
         try:
             with transaction.atomic(using=connection.alias):

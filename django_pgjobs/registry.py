@@ -28,6 +28,7 @@ from .calls import NO_OPTIONS, CallOptions
 from .celery_calls import CeleryCalls, P, R
 from .conf import ConfigError, get_config
 from .cron import Cron
+from .flow import remember_limits
 from .installed import require_installed
 from .payload import Undecodable
 from .retries import check_exception_classes
@@ -393,6 +394,7 @@ def _add(definition: JobDefinition) -> None:
             f"job name {definition.name!r} is already registered to {existing.func!r}"
         )
     _REGISTRY[definition.name] = definition
+    remember_limits(definition)  # for a requeue whose flow key was pruned
 
 
 def _same_function(a: Callable[..., Any], b: Callable[..., Any]) -> bool:

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from django.db import transaction
 from django.utils.translation import gettext as _
 
-from . import db, registry
+from . import db, flow, registry
 from .conf import get_config
 from .payload import dump_arguments
 from .schedules import unique_key_of
@@ -178,6 +178,7 @@ def requeue_edited(
         "version": checked.version,
         "new_key": new_key,
         "edited_key": key,
+        **flow.requeued_key_limits(connection, [dead_letter_id]),
     }
     with transaction.atomic(using=connection.alias):  # its workflow first: see queries.sql
         db.execute(connection, "lock_dead_letter_workflows", {"ids": [dead_letter_id]})

@@ -188,6 +188,10 @@ def params_for(name: str) -> dict:
         "burst": None,
         "lanes": 108,
         "idle_seconds": 86400.0,
+        "flow_keys": ["key:k-7"],
+        "flow_limits": [2],
+        "flow_rates": [None],
+        "flow_bursts": [None],
         "keep_workflows_seconds": 7 * 24 * 3600.0,
     }
     if name == "enqueue_jobs":

@@ -195,6 +195,10 @@ def test_dead_letter_move_is_one_statement_keeping_everything(django_assert_num_
     assert not Job.objects.exists()
 
 
+#: The flow keys' limits a requeue statement takes (operations.requeued_key_limits): none here.
+NO_FLOW_KEYS = {"flow_keys": [], "flow_limits": [], "flow_rates": [], "flow_bursts": []}
+
+
 def test_requeue_is_atomic_and_concurrent_requeues_make_one_job():
     demo.always_fails.using(max_attempts=1).enqueue("dead")
     (job,) = claim()
@@ -210,6 +214,7 @@ def test_requeue_is_atomic_and_concurrent_requeues_make_one_job():
                 "previous_due": None,
                 "requested_by": None,
                 "action": "",
+                **NO_FLOW_KEYS,
             },
         ).fetchall()
         results = []
@@ -223,6 +228,7 @@ def test_requeue_is_atomic_and_concurrent_requeues_make_one_job():
                         "previous_due": None,
                         "requested_by": None,
                         "action": "",
+                        **NO_FLOW_KEYS,
                     },
                 ).fetchall()
             )

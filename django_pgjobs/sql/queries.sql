@@ -58,7 +58,10 @@ FROM inserted;
 -- token (`ready_at`, only ever made earlier) and given the limits of this enqueue when they
 -- changed. The update touches (and locks, until the
 -- caller commits) the key's row only then: enqueues to a key already due leave it alone, so
--- they never hold up its claims.
+-- they never hold up its claims. `told` runs before `added` (PostgreSQL runs the CTEs the
+-- statement does not read from the last one up): an update that waited for the pruner's lock
+-- and found the key deleted is followed by an insert that sees the deletion and writes the
+-- key again; the other way round, the job was committed with no key (tests/test_flow_keys.py).
 added AS (
     INSERT INTO pgjobs_flow_key (key, concurrency_limit, rate, burst, tokens, refilled_at,
                                  ready_at)
@@ -233,14 +236,15 @@ DELETE FROM pgjobs_throttle WHERE ends_at < now() RETURNING key;
 
 -- name: prune_flow_keys
 -- Delete the flow keys idle (no job ready nor running: `ready_at` NULL) for `idle_seconds` since
--- they were last served or created, at most 10,000 at a time, skipping the ones a claim is
--- deciding on. An enqueue meeting a key being deleted waits for the delete, then writes the key
--- again (ON CONFLICT sees the deletion committed).
+-- they were last served, written or made idle (`refilled_at`, which the claim that makes a key
+-- idle sets: a job whose enqueue it could not see is made due by the rescue meanwhile), at most
+-- 10,000 at a time, skipping the ones a claim is deciding on. An enqueue meeting a key being
+-- deleted waits for the delete (its update of the key, flow_key_told), then writes the key again.
 DELETE FROM pgjobs_flow_key AS k
 WHERE k.key IN (
     SELECT key FROM pgjobs_flow_key
     WHERE ready_at IS NULL
-      AND COALESCE(last_served_at, refilled_at, '-infinity')
+      AND COALESCE(GREATEST(last_served_at, refilled_at), '-infinity')
           < now() - %(idle_seconds)s * interval '1 second'
     LIMIT 10000
     FOR UPDATE SKIP LOCKED
@@ -622,10 +626,15 @@ planned AS (
 ),
 served AS (
     -- a key that gave no job and stays due is left as it is (its bucket is refilled from
-    -- refilled_at whenever it is read): no write for the keys a claim only looked at
+    -- refilled_at whenever it is read): no write for the keys a claim only looked at. A key
+    -- made idle has its bucket brought up to now (the same tokens from then on): refilled_at
+    -- says when it went idle, and the pruner counts its idle day from there. Counted from its
+    -- last service, a key whose job ran for a day went from this claim to the pruner at once,
+    -- and a job of it whose enqueue this claim could not see waited on no key for good.
     UPDATE pgjobs_flow_key AS k
-    SET tokens = CASE WHEN p.taken > 0 THEN COALESCE(p.tokens_left, k.tokens) ELSE k.tokens END,
-        refilled_at = CASE WHEN k.rate IS NOT NULL AND p.taken > 0
+    SET tokens = CASE WHEN p.taken > 0 OR p.ready_at IS NULL
+                      THEN COALESCE(p.tokens_left, k.tokens) ELSE k.tokens END,
+        refilled_at = CASE WHEN (k.rate IS NOT NULL AND p.taken > 0) OR p.ready_at IS NULL
                            THEN GREATEST(statement_timestamp(), k.refilled_at)
                            ELSE k.refilled_at END,
         last_served_at = CASE WHEN p.taken > 0 THEN statement_timestamp()
@@ -1235,17 +1244,35 @@ FROM unnest(%(pids)s::int[]) AS pid;
 SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) AS ended
 FROM unnest(%(pids)s::int[]) AS pid;
 
+-- name: dead_letter_flow_keys
+-- The flow keys of the dead letters `ids` with their job names: what a requeue gives
+-- flow.requeued_key_limits, to write a key the pruner deleted with its limits.
+SELECT DISTINCT flow_key, name FROM pgjobs_deadletter
+WHERE id = ANY(%(ids)s::bigint[]) AND flow_key IS NOT NULL;
+
 -- part: requeue_flow_keys
 -- CTEs after `inserted` (requeued jobs: queue, run_after, flow_key): each flow key among them
 -- is told a job of it is due (`ready_at` only made earlier), or written again when the pruner
--- deleted it: its limits are not known here, so one job at a time (none for a fairness key)
--- until the next enqueue of a job of it writes its own. `flow_woken`: the flow claims of their
--- queues' workers (flow.py).
+-- deleted it, with a full bucket and the limits its jobs' code gives it now (parallel arrays
+-- `flow_keys`, `flow_limits`, `flow_rates`, `flow_bursts`: flow.requeued_key_limits); a key
+-- missing from them, one job at a time (none for a fairness key). Written again with no
+-- limit, a rate-limited key ran its requeued jobs one after the other as fast as they ended.
+-- A key the pruner is deleting meanwhile is waited for, then inserted again (ON CONFLICT DO
+-- UPDATE tries the insert again when the row it waited for was deleted).
+-- `flow_woken`: the flow claims of their queues' workers (flow.py).
 flow_keys_due AS (
-    INSERT INTO pgjobs_flow_key AS k (key, concurrency_limit, tokens, refilled_at, ready_at)
-    SELECT flow_key, CASE WHEN left(flow_key, 5) = 'fair:' THEN NULL ELSE 1 END, 0, now(),
-           min(run_after)
-    FROM inserted WHERE flow_key IS NOT NULL GROUP BY flow_key
+    INSERT INTO pgjobs_flow_key AS k (key, concurrency_limit, rate, burst, tokens, refilled_at,
+                                      ready_at)
+    SELECT i.flow_key,
+           CASE WHEN l.key IS NOT NULL THEN l.concurrency_limit
+                WHEN left(i.flow_key, 5) = 'fair:' THEN NULL ELSE 1 END,
+           l.rate, l.burst, COALESCE(l.burst, 0), now(), min(i.run_after)
+    FROM inserted AS i
+    LEFT JOIN unnest(%(flow_keys)s::text[], %(flow_limits)s::int[], %(flow_rates)s::float8[],
+                     %(flow_bursts)s::float8[]) AS l(key, concurrency_limit, rate, burst)
+           ON l.key = i.flow_key
+    WHERE i.flow_key IS NOT NULL
+    GROUP BY i.flow_key, l.key, l.concurrency_limit, l.rate, l.burst
     ON CONFLICT (key) DO UPDATE
     SET ready_at = LEAST(COALESCE(k.ready_at, EXCLUDED.ready_at), EXCLUDED.ready_at)
 ),
