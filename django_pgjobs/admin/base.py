@@ -348,8 +348,8 @@ class JobRowAdmin(OperatorAdmin):
 
     def get_object(self, request, object_id, from_field=None):
         """The row of a detail page, its JSON columns read as bounded text (``values``): a
-        megabyte argument costs a few kilobytes, and JSON that Python cannot read (a hand-made
-        row) does not fail the page."""
+        megabyte argument costs a few kilobytes, an error history its newest errors, and JSON
+        that Python cannot read (a hand-made row) does not fail the page."""
         pk = row_id(object_id)
         if pk is None:
             return None
@@ -358,7 +358,7 @@ class JobRowAdmin(OperatorAdmin):
             .defer(*self.json_columns, "errors")
             .annotate(
                 **values.preview_annotations(self.json_columns),
-                errors_text=values.stored_text("errors"),
+                newest_errors=values.NewestErrors("errors"),
             )
             .filter(pk=pk)
             .first()
@@ -433,10 +433,10 @@ class JobRowAdmin(OperatorAdmin):
     def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
         # Here rather than in change_view: the row is the one Django read, not a second copy.
         if obj is not None:
-            errors = display.error_entries(obj.errors_text)
+            errors = display.error_history(obj, dead_letter=self.dead_letters)
             context = {
-                "job_errors": errors[::-1],
-                "timeline": display.timeline(obj, errors, dead_letter=self.dead_letters),
+                "job_errors": errors,
+                "timeline": display.timeline(obj, errors.entries, dead_letter=self.dead_letters),
                 "job_actions": [
                     (
                         action,

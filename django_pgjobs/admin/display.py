@@ -6,6 +6,7 @@ a job argument or an error message can never inject markup into the admin.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from datetime import timezone as dt_timezone
 from typing import Any
@@ -15,8 +16,10 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext as _
 
+from ..conf import get_config
 from ..states import View, view_label
-from .values import UNREADABLE, compact, loads
+from . import values
+from .values import compact, loads
 
 
 def duration(seconds: float | None) -> str:
@@ -137,33 +140,66 @@ def badge(view: str) -> str:
     )
 
 
-ERROR_FIELDS = ("at", "attempt", "type", "message", "traceback", "worker")
+@dataclass(frozen=True)
+class ErrorHistory:
+    """What a job's or dead letter's page shows of its ``errors``: the newest entries, as text
+    (oldest first), and how many the row holds in all."""
+
+    entries: list[dict[str, str]]
+    total: int
+    job_id: int  # the id ``get_result`` finds the row by
+    database: str  # the alias the row was read from; "" for ``PGJOBS["DATABASE"]``
+
+    @property
+    def newest_first(self) -> list[dict[str, str]]:
+        return self.entries[::-1]
+
+    @property
+    def left_out(self) -> int:
+        return max(self.total - len(self.entries), 0)
+
+    @property
+    def left_out_text(self) -> str:
+        return f"{self.left_out:,}"
+
+    @property
+    def total_text(self) -> str:
+        return f"{self.total:,}"
+
+    @property
+    def all_errors_call(self) -> str:
+        """The call that returns every error of the row, for a shell."""
+        using = f", using={self.database!r}" if self.database else ""
+        return f"get_result({self.job_id}{using}).errors"
 
 
-def error_entries(stored_text: str | None) -> list[dict[str, str]]:
-    """A row's ``errors`` column (PostgreSQL's text of it) as entries of text, oldest first.
+def error_history(row: Any, *, dead_letter: bool = False) -> ErrorHistory:
+    """The errors of ``row``, read by ``values.NewestErrors`` (its ``newest_errors``)."""
+    value = loads(row.newest_errors)
+    total, items = value if isinstance(value, list) and len(value) == 2 else (0, [])
+    database = row._state.db or ""
+    return ErrorHistory(
+        entries=[_error_entry(item) for item in items if isinstance(item, dict)],
+        total=total if isinstance(total, int) else 0,
+        job_id=row.job_id if dead_letter else row.pk,
+        database="" if database == get_config().DATABASE else database,
+    )
 
-    Workers write a list of objects with ``ERROR_FIELDS``; a row written by hand can hold any
-    JSON there. What is not such a list is shown as it is: an object as one entry, a scalar or
-    a list item that is no object as an entry whose message is its JSON, missing keys empty,
-    values that are not text as their JSON, a value Python cannot read as its stored text.
-    """
-    value = loads(stored_text)
-    if value is UNREADABLE:
-        return [{**dict.fromkeys(ERROR_FIELDS, ""), "message": compact(stored_text, 2000)}]
-    if value is None:
-        return []
-    entries = []
-    for item in value if isinstance(value, list) else [value]:
-        if not isinstance(item, dict):
-            item = {"message": item}
-        entries.append(
-            {
-                key: "" if item.get(key) is None else compact(item[key], 20_000)
-                for key in ERROR_FIELDS
-            }
-        )
-    return entries
+
+def _error_entry(item: dict[str, Any]) -> dict[str, str]:
+    """One entry of ``NewestErrors`` as text: fields cut in SQL one character past their limit
+    end in "…"; a traceback cut in the middle says how much is left out."""
+    entry = {
+        key: compact(item.get(key) or "", values.FIELD_CHARS)
+        for key in ("at", "attempt", "type", "worker")
+    }
+    entry["message"] = compact(item.get("message") or "", values.MESSAGE_CHARS)
+    traceback, cut = item.get("traceback") or "", item.get("traceback_cut") or 0
+    if cut:
+        gap = _("[... %(count)s characters not shown here ...]") % {"count": f"{cut:,}"}
+        traceback = f"{traceback}\n{gap}\n{item.get('traceback_end') or ''}"
+    entry["traceback"] = traceback
+    return entry
 
 
 def queue_list(stored_text: str | None) -> str:
@@ -178,8 +214,8 @@ def queue_list(stored_text: str | None) -> str:
 def timeline(
     row: Any, errors: list[dict[str, str]], *, dead_letter: bool = False
 ) -> list[dict[str, Any]]:
-    """What happened to a job, oldest first: enqueued, each failed attempt (``errors``, from
-    ``error_entries``), claims, the end."""
+    """What happened to a job, oldest first: enqueued, each failed attempt shown (``errors``,
+    the entries of ``error_history``), claims, the end."""
     events: list[dict[str, Any]] = [{"at": row.created_at, "what": _("enqueued"), "detail": ""}]
     for error in errors:
         events.append(

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 from django.contrib import admin, messages
 from django.contrib.admin.utils import flatten_fieldsets
 from django.db.models import Q
-from django.db.models.fields.json import KeyTextTransform, KeyTransform
-from django.db.models.functions import Left
 from django.http import HttpResponseRedirect
 from django.utils import timezone
 from django.utils.html import format_html
@@ -16,7 +16,7 @@ from django.utils.translation import gettext_lazy
 from .. import registry
 from ..models import view_condition
 from ..states import Status, View, view_label
-from . import confirm, display, repairs
+from . import confirm, display, repairs, values
 from .actions import JOB_ACTIONS, JOB_ACTIONS_BY_FILTER, Action, bulk_actions
 from .base import CappedChangeList, JobRowAdmin, QueueFilter
 from .dashboard import dashboard_view
@@ -117,13 +117,11 @@ class JobNameFilter(admin.SimpleListFilter):
 
 class JobChangeList(CappedChangeList):
     def get_queryset(self, request, exclude_parameters=None):
-        # Only the columns the list shows, plus the last error cut short: a job's error history
-        # (tracebacks included) can weigh far more than the rest of the row.
+        # Only the columns the list shows, plus the last error's type and the start of its
+        # message: a job's error history (tracebacks included) can weigh tens of megabytes.
         queryset = super().get_queryset(request, exclude_parameters)
-        last_error = KeyTransform(-1, "errors")
         return queryset.only(*LIST_FIELDS).annotate(
-            last_error_type=KeyTextTransform("type", last_error),
-            last_error_message=Left(KeyTextTransform("message", last_error), 300),
+            last_error_start=values.LastError("errors", 300)
         )
 
 
@@ -264,7 +262,7 @@ class JobAdmin(JobRowAdmin):
 
     @admin.display(description=gettext_lazy("metadata"))
     def job_metadata(self, obj):
-        if obj.metadata is None:
+        if json.loads(obj.metadata_preview)[0] is None:  # SQL NULL (the column is not loaded)
             return "–"
         return self.json_column(obj, "metadata")  # REDACT_KEYS, as for arguments
 
@@ -291,8 +289,9 @@ class JobAdmin(JobRowAdmin):
 
     @admin.display(description=gettext_lazy("last error"))
     def last_error(self, obj):
-        # annotated by JobChangeList: NULL where the last entry is no object with these keys
-        return display.error_summary(obj.last_error_type, obj.last_error_message, 100)
+        # annotated by JobChangeList: nulls where the last entry is no object with these keys
+        error_type, message = values.loads(obj.last_error_start) or (None, None)
+        return display.error_summary(error_type, message, 100)
 
     @admin.display(description=gettext_lazy("result"), boolean=True)
     def result_kept(self, obj):

@@ -44,6 +44,10 @@ def left_alone(pk) -> str:
     ) % {"id": pk}
 
 
+#: What the edit page reads of a dead letter: not its error history, which can weigh megabytes.
+EDIT_FIELDS = ("id", "job_id", "name", "queue", "error_type", "reason", "args", "kwargs")
+
+
 def edit_view(model_admin, request, object_id):
     """GET: the dead letter's arguments as JSON in a form. POST (``change_deadletter``, CSRF):
     check the edit as ``enqueue()`` would, then requeue it as a new job linked to the dead
@@ -52,7 +56,7 @@ def edit_view(model_admin, request, object_id):
     if not model_admin.has_operate_permission(request):
         raise PermissionDenied
     pk = row_id(object_id)
-    row = None if pk is None else model_admin.rows().filter(pk=pk).values().first()
+    row = None if pk is None else model_admin.rows().filter(pk=pk).values(*EDIT_FIELDS).first()
     if row is None:
         raise Http404("no such dead letter")
     changelist = model_admin.page_url("changelist")

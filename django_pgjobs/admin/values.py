@@ -56,6 +56,87 @@ class HeadAndSize(Func):
         super().__init__(column, chars=PREVIEW_CHARS)
 
 
+#: Errors a detail page shows of a row's ``errors`` history: the newest ones.
+ERRORS_SHOWN = 20
+#: Characters shown of an error's traceback: all of a shorter one, else its head and its tail
+#: (the innermost frames and the exception), with how many characters are left out between.
+TRACEBACK_HEAD_CHARS = 2_000
+TRACEBACK_TAIL_CHARS = 6_000
+#: Characters shown of an error's message, and of each of its other fields.
+MESSAGE_CHARS = 2_000
+FIELD_CHARS = 200
+
+
+class NewestErrors(Func):
+    """``[count, entries]`` as JSON text: how many errors a row's ``errors`` column holds, and
+    its newest ``ERRORS_SHOWN`` (oldest first), cut in PostgreSQL so that a history of tens of
+    megabytes never leaves the database.
+
+    Each entry is an object of text: ``at``, ``attempt``, ``type``, ``worker`` (at most
+    ``FIELD_CHARS + 1`` characters), ``message`` (``MESSAGE_CHARS + 1``: one more than shown
+    tells that it goes on), ``traceback`` (whole up to ``TRACEBACK_HEAD_CHARS +
+    TRACEBACK_TAIL_CHARS`` characters, else its head), ``traceback_end`` (the tail of a cut one)
+    and ``traceback_cut`` (characters left out between them). A value that is not text is its
+    JSON text (a row written by hand); an item that is not an object is an entry of its
+    ``message`` alone; a column that is not a list is one entry, or none when it is ``null``.
+
+    ``#> '{}'`` in a subquery that ``OFFSET 0`` keeps apart decompresses the column once; each
+    function reading the column itself would decompress it again (half a second for 40 MB).
+    """
+
+    template = (
+        "(SELECT json_build_array("
+        "CASE jsonb_typeof(whole.value) WHEN 'array' THEN jsonb_array_length(whole.value) "
+        "WHEN 'null' THEN 0 ELSE 1 END, "
+        "(SELECT coalesce(json_agg(CASE WHEN jsonb_typeof(newest.entry) = 'object' "
+        "THEN json_build_object("
+        "'at', left(newest.entry ->> 'at', %(other)d), "
+        "'attempt', left(newest.entry ->> 'attempt', %(other)d), "
+        "'type', left(newest.entry ->> 'type', %(other)d), "
+        "'worker', left(newest.entry ->> 'worker', %(other)d), "
+        "'message', left(newest.entry ->> 'message', %(message)d), "
+        "'traceback', CASE WHEN length(field.traceback) > %(shown)d "
+        "THEN left(field.traceback, %(head)d) ELSE field.traceback END, "
+        "'traceback_end', CASE WHEN length(field.traceback) > %(shown)d "
+        "THEN right(field.traceback, %(tail)d) END, "
+        "'traceback_cut', greatest(length(field.traceback) - %(shown)d, 0)) "
+        "ELSE json_build_object('message', left(newest.entry #>> '{}', %(message)d)) END "
+        "ORDER BY newest.position), '[]') "
+        "FROM jsonb_path_query(whole.value, '$[last - %(back)d to last]') "
+        "WITH ORDINALITY AS newest(entry, position) "
+        "CROSS JOIN LATERAL (SELECT newest.entry ->> 'traceback' AS traceback) AS field "
+        "WHERE jsonb_typeof(whole.value) <> 'null'))::text "
+        "FROM (SELECT %(expressions)s #> '{}' AS value OFFSET 0) AS whole)"
+    )
+    output_field = TextField()
+
+    def __init__(self, column: str) -> None:
+        super().__init__(
+            column,
+            back=ERRORS_SHOWN - 1,  # lax mode: a column that is no list is a list of itself
+            other=FIELD_CHARS + 1,
+            message=MESSAGE_CHARS + 1,
+            shown=TRACEBACK_HEAD_CHARS + TRACEBACK_TAIL_CHARS,
+            head=TRACEBACK_HEAD_CHARS,
+            tail=TRACEBACK_TAIL_CHARS,
+        )
+
+
+class LastError(Func):
+    """``[type, message]`` of the last entry of a row's ``errors`` column as JSON text, the
+    message cut to ``chars`` characters (a list's column). The column is decompressed once for
+    both, as in ``NewestErrors``."""
+
+    template = (
+        "(SELECT json_build_array(last.entry ->> 'type', left(last.entry ->> 'message', "
+        "%(chars)d))::text FROM (SELECT %(expressions)s -> -1 AS entry OFFSET 0) AS last)"
+    )
+    output_field = TextField()
+
+    def __init__(self, column: str, chars: int) -> None:
+        super().__init__(column, chars=chars)
+
+
 def preview_annotations(columns) -> dict[str, Any]:
     """Annotations giving each JSON column's head and size in bytes (``<column>_preview``:
     JSON text of ``[head, bytes]``, both null for SQL NULL), for ``Preview.of``."""
