@@ -435,6 +435,7 @@ class Dashboard(Job):
 # Tables in modules of their own, imported here so Django finds them (and migrations find
 # ``models.IntegerArrayField``).
 from .flow_models import FlowKey  # noqa: E402, F401
+from .repair_models import Repair  # noqa: E402, F401
 from .runtime_models import QueueState, ThrottleWindow, Worker  # noqa: E402, F401
 from .schedule_models import Schedule, ScheduleFire  # noqa: E402, F401
 from .stat_models import IntegerArrayField, QueueStat  # noqa: E402, F401

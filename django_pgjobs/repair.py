@@ -5,7 +5,9 @@ written: JSON that reads back unchanged (``payload.dump_arguments``, within
 ``PGJOBS["MAX_PAYLOAD_BYTES"]``) and that binds to the job function's current signature
 (``inspect.signature(...).bind``). Then one statement (``requeue_edited_dead_letter``) moves the
 dead letter back as a new job linked to it (``replayed_from``), its audit trail (``repairs``)
-holding who changed what. See docs/howto/repair.md.
+holding who changed what, and records the edit in a row of its own (``models.Repair``): the
+trail goes with the job when it succeeds, the record stays for the dead letters' retention.
+See docs/howto/repair.md.
 """
 
 from __future__ import annotations
@@ -165,8 +167,9 @@ def requeue_edited(
     connection: Any, dead_letter_id: int, name: str, args: list, kwargs: dict, *, by: str
 ) -> int | None:
     """Check the edited arguments (``EditRefused`` when they would not be enqueued), then requeue
-    dead letter ``dead_letter_id`` (of the job ``name``) with them; returns the new job's id, or
-    None when the dead letter is gone or its unique key is held by a waiting or running job."""
+    dead letter ``dead_letter_id`` (of the job ``name``) with them, the edit recorded in
+    ``pgjobs_repair`` by the same statement; returns the new job's id, or None when the dead
+    letter is gone or its unique key is held by a waiting or running job (nothing recorded)."""
     checked = check_arguments(name, args, kwargs)
     new_key, key = _new_unique_key(connection, dead_letter_id, name, args, kwargs)
     params = {

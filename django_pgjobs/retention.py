@@ -1,4 +1,5 @@
-"""Retention of dead letters (``DEAD_LETTER_MAX_AGE_SECONDS``, ``DEAD_LETTER_MAX_PER_NAME``)
+"""Retention of dead letters (``DEAD_LETTER_MAX_AGE_SECONDS``, ``DEAD_LETTER_MAX_PER_NAME``), of
+the repair records (``DEAD_LETTER_MAX_AGE_SECONDS`` after the edit, pruned with the dead letters)
 and of finished workflows (``KEEP_WORKFLOWS_SECONDS``).
 
 The worker's ``Pruner`` (``worker/maintenance.py``) and ``manage.py pgjobs prune`` run
@@ -22,16 +23,18 @@ from .operations import Connection
 class PrunedDeadLetters(NamedTuple):
     held: bool  # False: another worker was pruning; nothing was deleted
     pruned: int
+    repairs: int = 0  # repair records (pgjobs_repair) past the same age, deleted with them
 
 
 def prune_dead_letters(
     connection: Connection, max_age_seconds: float | None, max_per_name: int | None, limit: int
 ) -> PrunedDeadLetters:
     """Delete one batch (at most ``limit``) of dead letters older than ``max_age_seconds`` or
-    beyond the newest ``max_per_name`` of their job name, counted in ``pgjobs_stat.pruned``."""
+    beyond the newest ``max_per_name`` of their job name, counted in ``pgjobs_stat.pruned``, and
+    (at most ``limit``) of the repair records older than ``max_age_seconds``."""
     params = {"max_age": max_age_seconds, "max_per_name": max_per_name, "limit": limit}
     row = db.execute(connection, "prune_dead_letters", params)[0]
-    return PrunedDeadLetters(row["held"], row["pruned"])
+    return PrunedDeadLetters(row["held"], row["pruned"], row["repairs_pruned"])
 
 
 class PruneRun(NamedTuple):
@@ -57,7 +60,7 @@ def prune_in_batches(
     ``max_batches`` ran, or another process held the pruning for ``wait_seconds`` in a row
     (0: stop at once, as a worker does: the one pruning goes on); logs how many were deleted
     on ``log``."""
-    pruned = batches = 0
+    pruned = batches = repairs = 0
     finished = False
     waiting_since: float | None = None
     while max_batches is None or batches < max_batches:
@@ -72,11 +75,14 @@ def prune_in_batches(
         waiting_since = None
         batches += 1
         pruned += result.pruned
-        if result.pruned < batch:
+        repairs += result.repairs
+        if result.pruned < batch and result.repairs < batch:
             finished = True
             break
     if pruned:
         log.info("pruned %d dead letters past their retention", pruned)
+    if repairs:
+        log.info("pruned %d repair records past the dead letters' retention", repairs)
     return PruneRun(pruned, finished)
 
 

@@ -33,6 +33,7 @@ from django_pgjobs.models import (
     OutboxEvent,
     QueueStat,
     QueueState,
+    Repair,
     Schedule,
     Worker,
     Workflow,
@@ -194,6 +195,10 @@ def rows(db):
     OutboxDeadLetter.objects.create(
         id=event.pk + 1000, topic="t2", payload={}, created_at=now, error="e1"
     )
+    made["repair"] = Repair.objects.create(
+        repaired_by="x5", name="x.y", queue="q1", dead_letter_id=1, job_id=1, requeued_as=2,
+        reason="x6", args_before=[1], args=[2],
+    )  # fmt: skip
     return made
 
 
@@ -227,6 +232,8 @@ def pages(rows) -> list[str]:
         admin_url("workflow", "change", rows["workflow"].pk),
         admin_url("outboxevent"),
         admin_url("outboxdeadletter"),
+        admin_url("repair"),
+        admin_url("repair", "change", rows["repair"].pk),
     ]
 
 

@@ -1,5 +1,5 @@
 """The operator's admin: jobs, dead letters, queues, workers, schedules, a dashboard, the
-outbox and the flow control keys.
+outbox, the flow control keys and the repair records.
 
 Pages and the permission each needs are listed in docs/reference/admin.md. Every change goes
 through ``django_pgjobs.operations``; see ``admin.base`` for the permission model.
@@ -15,6 +15,7 @@ from ..models import (
     OutboxDeadLetter,
     OutboxEvent,
     QueueState,
+    Repair,
     Schedule,
     Worker,
     Workflow,
@@ -25,6 +26,7 @@ from .flow import FlowKeyAdmin
 from .jobs import JobAdmin
 from .outbox import OutboxDeadLetterAdmin, OutboxEventAdmin
 from .queues import QueueStateAdmin, WorkerAdmin
+from .repair_records import RepairAdmin
 from .schedules import ScheduleAdmin
 from .workflows import WorkflowAdmin
 
@@ -38,6 +40,7 @@ admin.site.register(OutboxEvent, OutboxEventAdmin)
 admin.site.register(OutboxDeadLetter, OutboxDeadLetterAdmin)
 admin.site.register(Workflow, WorkflowAdmin)
 admin.site.register(FlowKey, FlowKeyAdmin)
+admin.site.register(Repair, RepairAdmin)
 
 __all__ = [
     "DashboardEntryAdmin",
@@ -46,6 +49,7 @@ __all__ = [
     "OutboxDeadLetterAdmin",
     "OutboxEventAdmin",
     "QueueStateAdmin",
+    "RepairAdmin",
     "ScheduleAdmin",
     "WorkerAdmin",
     "WorkflowAdmin",

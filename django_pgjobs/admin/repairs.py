@@ -134,14 +134,17 @@ def trail_html(model_admin, obj) -> str:
     entries = obj.repairs if isinstance(obj.repairs, list) else []
     if entries:
         items = format_html_join(
-            "", "<li>{}</li>", ((_entry(entry),) for entry in entries if isinstance(entry, dict))
+            "",
+            "<li>{}</li>",
+            ((_entry(entry, obj.name),) for entry in entries if isinstance(entry, dict)),
         )
         lines.append(format_html('<ul class="pgjobs-repairs">{}</ul>', items))
     return format_html_join("", "{}", ((line,) for line in lines)) if lines else "-"
 
 
-def _entry(entry: dict) -> str:
-    """One repair: when, who, what (and the arguments before and after, for an edit)."""
+def _entry(entry: dict, name: str) -> str:
+    """One repair: when, who, what (and the arguments before and after, for an edit, masked as
+    the job ``name``'s arguments are: ``masked_call``)."""
     text = format_html(
         _("{} by {}: {} (dead letter #{} of job #{})"),
         entry.get("at", ""),
@@ -152,18 +155,29 @@ def _entry(entry: dict) -> str:
     )
     if "args" not in entry:
         return text
+    args_before, kwargs_before = masked_call(
+        name, entry.get("args_before"), entry.get("kwargs_before")
+    )
+    args, kwargs = masked_call(name, entry.get("args"), entry.get("kwargs"))
     return format_html(
         _("{}; args {} → {}, kwargs {} → {}"),
         text,
-        _short(entry.get("args_before")),
-        _short(entry.get("args")),
-        _short(entry.get("kwargs_before")),
-        _short(entry.get("kwargs")),
+        _short(args_before),
+        _short(args),
+        _short(kwargs_before),
+        _short(kwargs),
     )
 
 
+def masked_call(name: str, args, kwargs) -> tuple:
+    """``args`` and ``kwargs`` of the job ``name`` with the values of ``REDACT_KEYS`` masked as
+    its page masks its arguments: by key, and positional ones by their parameter's name (a
+    secret passed by position has no key to be found by)."""
+    return redaction.redact_job_call(name, args, kwargs)[:2]
+
+
 def _short(value, limit: int = 200) -> str:
-    text = json.dumps(redaction.redact_value(value), ensure_ascii=False)
+    text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

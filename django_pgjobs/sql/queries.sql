@@ -1418,7 +1418,10 @@ SELECT id FROM pgjobs_workflow WHERE id = %(id)s FOR UPDATE;
 -- `edited_key` when `new_key` (the job's unique_key function gave the old arguments the old
 -- key: it gives the new ones theirs), else the dead letter's. No row: the dead letter is gone
 -- (requeued or deleted by someone else), or that key is held by a ready or running job (a
--- waiting one: 'waiting').
+-- waiting one: 'waiting'). The edit is also recorded in pgjobs_repair (`recorded`), by the same
+-- statement: the dead letter is gone from here on and the job is deleted when it succeeds, so
+-- the trail each carries ends with them; that row stays until the dead letters' retention by age
+-- (prune_dead_letters).
 WITH keyed AS (
     SELECT d.id,
            CASE WHEN d.unique_key IS NOT NULL
@@ -1459,10 +1462,21 @@ inserted AS (
     FROM moved
     RETURNING id, queue, run_after, flow_key
 ),
+recorded AS (
+    INSERT INTO pgjobs_repair (repaired_at, repaired_by, name, queue, dead_letter_id, job_id,
+                               requeued_as, error_type, reason, args_before, kwargs_before, args,
+                               kwargs)
+    SELECT now(), %(by)s::text, moved.name, moved.queue, moved.id, moved.job_id, inserted.id,
+           moved.error_type, moved.reason, moved.args, moved.kwargs, %(args)s::jsonb,
+           %(kwargs)s::jsonb
+    FROM moved, inserted  -- one row each, or none
+    RETURNING id
+),
 {{requeue_flow_keys}},
 {{resume_workflows}}
 SELECT inserted.id, pg_notify('pgjobs', inserted.queue) IS NULL AS _notified
-FROM inserted, (SELECT count(*) FROM flow_woken) AS flow_notified;
+FROM inserted, (SELECT count(*) FROM flow_woken) AS flow_notified,
+     (SELECT count(*) FROM recorded) AS repairs_recorded;
 
 -- name: prune_dead_letters
 -- Delete one bounded batch of dead letters past their retention: failed more than `max_age`
@@ -1471,7 +1485,10 @@ FROM inserted, (SELECT count(*) FROM flow_woken) AS flow_notified;
 -- transaction-level advisory lock is tried inside the statement (autocommit: released when it
 -- ends); a worker that does not get it deletes nothing (`held` false). The rows deleted are
 -- counted per queue in pgjobs_stat (`pruned`) by the same statement. Per name, the cutoff is
--- found through pgjobs_dl_name_idx (a loose scan of the names, then one probe each).
+-- found through pgjobs_dl_name_idx (a loose scan of the names, then one probe each). The repair
+-- records (pgjobs_repair) older than `max_age` go with them, at most `limit`, oldest first
+-- (`repairs_pruned`); `max_per_name` does not apply to them: one is written per edit an
+-- operator makes, not per failure.
 WITH RECURSIVE gate AS MATERIALIZED (
     SELECT pg_try_advisory_xact_lock(hashtext('django_pgjobs.prune_dead_letters')) AS held
 ),
@@ -1520,6 +1537,15 @@ doomed AS (
 deleted AS (
     DELETE FROM pgjobs_deadletter AS d USING doomed WHERE d.id = doomed.id RETURNING d.queue
 ),
+repairs_pruned AS (
+    DELETE FROM pgjobs_repair AS r
+    WHERE r.id IN (SELECT old.id FROM pgjobs_repair AS old
+                   WHERE %(max_age)s::float8 IS NOT NULL AND (SELECT held FROM gate)
+                     AND old.repaired_at < now() - %(max_age)s::float8 * interval '1 second'
+                   ORDER BY old.repaired_at, old.id
+                   LIMIT %(limit)s::int)
+    RETURNING r.id
+),
 counted AS (
     INSERT INTO pgjobs_stat (queue, minute, succeeded, retried, dead_lettered, wait_buckets,
                              pruned)
@@ -1529,7 +1555,8 @@ counted AS (
     RETURNING pruned
 )
 SELECT (SELECT held FROM gate) AS held, (SELECT count(*) FROM deleted) AS pruned,
-       (SELECT count(*) FROM counted) AS queues;
+       (SELECT count(*) FROM counted) AS queues,
+       (SELECT count(*) FROM repairs_pruned) AS repairs_pruned;
 
 -- name: delete_dead_letters
 -- Delete dead letters for good.
