@@ -22,6 +22,7 @@ from django_pgjobs.models import (
     OutboxEvent,
     QueueStat,
     QueueState,
+    Repair,
     Schedule,
     Worker,
     Workflow,
@@ -257,6 +258,19 @@ def seed(rng: random.Random | None = None) -> dict:
         job_name="testproject.demo.jobs.noop",
         cron="0 3 * * *",
         next_fire_at=(now + timedelta(days=1)).replace(hour=3, minute=0, second=0, microsecond=0),
+    )
+    rows["repair"] = Repair.objects.create(  # an edited dead letter, its job since succeeded
+        repaired_at=now - timedelta(hours=2),
+        repaired_by="admin user 'root'",
+        name="testproject.demo.jobs.always_fails",
+        queue="default",
+        dead_letter_id=99_001,
+        job_id=99_002,
+        requeued_as=99_003,
+        error_type="ValueError",
+        reason="attempts exhausted (3/3): ValueError: boom",
+        args_before=["old"],
+        args=["new"],
     )
     return rows
 
