@@ -13,6 +13,7 @@ one statement; the job returned says what happened (``job.enqueue_outcome``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any, Protocol
@@ -28,7 +29,7 @@ from .flow import FLOW_WAKE_PREFIX, flow_params
 from .models import Job
 from .payload import dump_arguments
 from .uniqueness import EnqueueOutcome, UniqueRules, rules_for
-from .validation import check_unique_key
+from .validation import unique_key_of_call
 
 __all__ = ["JobSpec", "enqueue_call", "enqueue_many"]
 
@@ -79,7 +80,7 @@ def _call_values(
         raise TypeError(f"arguments do not fit {definition.name}: {error}") from None
     unique_key = options.unique_key
     if unique_key is None and definition.unique_key is not None:
-        unique_key = check_unique_key(definition.unique_key(*args, **kwargs))
+        unique_key = unique_key_of_call(definition, args, kwargs)
     return args_json, kwargs_json, unique_key
 
 
@@ -148,7 +149,7 @@ def enqueue_call(
             # discarded with the job if the transaction (or its savepoint) rolls back; the
             # skip rule is applied at the commit, against notifications really delivered
             connection.on_commit(wakeups.wake_after_commit(connection.alias, wake), robust=True)
-        sent = [(list(args), dict(kwargs), params["unique_key"])]
+        sent = [(*_as_stored(params["args"], params["kwargs"]), params["unique_key"])]
         (job,) = _jobs_from_inserted(
             [row["id"]],
             [row["unique_key"]],
@@ -212,7 +213,7 @@ def _enqueue_keyed(
         holder = _holder(connection, key, waiting=rules.waiting)
         if holder is None and rules.throttle is None:  # it left between the two statements
             return enqueue_call(definition, options, *call)
-        return _skipped(holder or _unsaved(statement_params, call, connection.alias))
+        return _skipped(holder or _unsaved(statement_params, connection.alias))
     (row,) = rows
     outcome = EnqueueOutcome.CREATED if row.pop("created") else EnqueueOutcome.REPLACED
     del row["_notified"]
@@ -261,17 +262,17 @@ def _skipped(job: Job) -> Job:
     return job
 
 
-def _unsaved(params: dict[str, Any], call: tuple, alias: str) -> Job:
+def _unsaved(params: dict[str, Any], alias: str) -> Job:
     """What a throttled enqueue returns when it is skipped and no job holds its key: the job it
     would have written, unsaved (``id`` None)."""
-    args, kwargs = call
+    args, kwargs = _as_stored(params["args"], params["kwargs"])
     job = Job(
         **{
             name: params[name]
             for name in ("name", "queue", "priority", "max_attempts", "timeout", "keep_result")
         },
-        args=list(args),
-        kwargs=dict(kwargs),
+        args=args,
+        kwargs=kwargs,
         unique_key=params["unique_key"],  # the key in the column of its scope
         waiting_key=params["waiting_key"],
         kept_waiting_key=params["waiting_key"],
@@ -363,8 +364,14 @@ def _many_calls(
         columns["args"].append(args_json)
         columns["kwargs"].append(kwargs_json)
         columns["unique_keys"].append(unique_key)
-        inputs.append((list(call_args), dict(call_kwargs), unique_key))
+        inputs.append((*_as_stored(args_json, kwargs_json), unique_key))
     return inputs, columns
+
+
+def _as_stored(args_json: str, kwargs_json: str) -> tuple[list, dict]:
+    """The arguments as the row holds them, read back from the JSON written (tuples are lists
+    there): the ``Job`` that ``enqueue()`` returns equals the row, and what the handler gets."""
+    return json.loads(args_json), json.loads(kwargs_json)
 
 
 #: The columns of a job just inserted by ``enqueue_jobs`` that do not depend on the call.

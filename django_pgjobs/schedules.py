@@ -22,7 +22,7 @@ from . import cron, db, registry
 from .conf import get_config
 from .flow import flow_params
 from .sql import query
-from .validation import check_unique_key
+from .validation import unique_key_of_call
 
 logger = logging.getLogger("django_pgjobs.worker")
 
@@ -159,9 +159,7 @@ WITHOUT_FLOW = {"flow_key": None, "concurrency_limit": None, "rate": None, "burs
 def unique_key_of(definition: Any, args: list, kwargs: dict) -> str | None:
     """The unique key the job's ``@job(unique_key=...)`` gives these arguments, as enqueue()
     computes it (None: no key)."""
-    if getattr(definition, "unique_key", None) is None:
-        return None
-    return check_unique_key(definition.unique_key(*args, **kwargs))
+    return unique_key_of_call(definition, args, kwargs)
 
 
 def advance(connection: Connection, schedule: dict[str, Any], next_fire: dt.datetime) -> bool:

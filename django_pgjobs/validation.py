@@ -7,6 +7,7 @@ operator actions; inside the package it depends on nothing but ``limits``, so th
 
 from __future__ import annotations
 
+import inspect
 import re
 from datetime import datetime
 from typing import Any
@@ -130,6 +131,39 @@ def check_unique_key(unique_key: Any) -> str | None:
             f"not {unique_key!r}"
         )
     return check_text("unique_key", unique_key)
+
+
+def unique_key_of_call(definition: Any, args: Any, kwargs: dict) -> str | None:
+    """The key ``@job(unique_key=...)`` gives one call (None: the job has no key function, or
+    it returned None), checked (``check_unique_key``). The function is called with the
+    arguments as given to ``enqueue()``, the job's defaults not filled in; one that does not
+    accept them raises ``TypeError`` naming the option and the job."""
+    key_function = getattr(definition, "unique_key", None)
+    if key_function is None:
+        return None
+    try:
+        key = key_function(*args, **kwargs)
+    except TypeError as error:
+        if _binds(key_function, args, kwargs):
+            raise  # a TypeError of its own code, not of its parameters
+        raise TypeError(
+            f"unique_key of {definition.name} does not take this call's arguments ({error}): "
+            "it is called with the arguments as given to enqueue(), the job's defaults not "
+            "filled in, so give its parameters the job's defaults"
+        ) from error
+    return check_unique_key(key)
+
+
+def _binds(function: Any, args: Any, kwargs: dict) -> bool:
+    """Whether ``function``'s parameters accept this call (True when it has no signature to
+    tell)."""
+    try:
+        inspect.signature(function).bind(*args, **kwargs)
+    except TypeError:
+        return False
+    except ValueError:  # no signature (a builtin)
+        return True
+    return True
 
 
 def check_name(name: Any) -> str:

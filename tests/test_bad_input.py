@@ -180,6 +180,32 @@ def test_unique_key_function_returning_a_non_string_raises():
     assert Job.objects.count() == 0
 
 
+@job(unique_key=lambda report, fmt: f"report:{report}:{fmt}")
+def render_report(report: int, fmt: str = "pdf") -> None:
+    pass
+
+
+@job(unique_key=lambda report, fmt="pdf": f"report:{report}:{fmt}" + report)
+def render_broken_key(report: int, fmt: str = "pdf") -> None:
+    pass
+
+
+def test_a_unique_key_function_that_does_not_take_the_call_says_so_naming_the_job():
+    """It is called with the arguments as given: a call leaning on the job's default does not
+    reach a key function without that default, and the error says why."""
+    with pytest.raises(TypeError) as excinfo:
+        render_report.enqueue(1)
+    said = str(excinfo.value)
+    assert said.startswith(f"unique_key of {render_report.name} does not take this call's")
+    assert "missing 1 required positional argument: 'fmt'" in said
+    assert "defaults not filled in" in said
+    assert render_report.enqueue(1, "pdf").unique_key == "report:1:pdf"
+    # a TypeError of the function's own code is its own, unchanged
+    with pytest.raises(TypeError, match="can only concatenate str"):
+        render_broken_key.enqueue(1)
+    assert Job.objects.count() == 1
+
+
 def test_unregistered_names_at_enqueue_raise_unknown_job_error():
     with pytest.raises(UnknownJobError, match="'os.system' is not a registered job"):
         enqueue("os.system", "echo hi")

@@ -161,3 +161,19 @@ def test_a_wake_up_that_fails_after_the_commit_does_not_fail_the_caller(other_co
     ).fetchone() == (1,)
     assert "in on_commit()" in caplog.text
     connection.close()
+
+
+@job(name="tests.any_arguments")
+def any_arguments(*args, **kwargs) -> None:
+    pass
+
+
+def test_the_returned_job_holds_the_arguments_as_the_row_does():
+    """Tuples are JSON arrays: the ``Job`` that ``enqueue()`` and ``enqueue_many()`` return
+    holds lists, as the row (and the handler) will, not the caller's tuples."""
+    one = any_arguments.using(delay=600).enqueue((1, 2), {"a": (3,)}, k=(4, 5))
+    assert (one.args, one.kwargs) == ([[1, 2], {"a": [3]}], {"k": [4, 5]})
+    stored = Job.objects.get(pk=one.pk)
+    assert (stored.args, stored.kwargs) == (one.args, one.kwargs)
+    many = any_arguments.enqueue_many([(((1, 2),), {"k": (3,)})])
+    assert (many[0].args, many[0].kwargs) == ([[1, 2]], {"k": [3]})
