@@ -66,9 +66,11 @@ def prune(
     )
     message += f"\nPruned {plural(run.pruned, 'dead letter')} past their retention ("
     message += "; ".join(_retention_words(max_age, max_per_name)) + ")."
+    if run.repairs and max_age is not None:
+        message += f"\nPruned {plural(run.repairs, 'repair record')} made over {_age(max_age)} ago."
     if not run.finished:
         message += "\nStopped early: another process kept the dead letters' pruning; run again."
-    return Outcome(message, pruned + run.pruned)
+    return Outcome(message, pruned + run.pruned + run.repairs)
 
 
 def _count(older_than: float | None, keep_per_name: int | None) -> Outcome:
@@ -91,7 +93,10 @@ def _count(older_than: float | None, keep_per_name: int | None) -> Outcome:
     if max_age is not None or max_per_name is not None:
         message += f"\nWould prune {plural(row['dead_letters'], 'dead letter')} past their "
         message += "retention (" + "; ".join(_retention_words(max_age, max_per_name)) + ")."
-    counted = row["succeeded"] + row["workflows"] + row["dead_letters"]
+    if row["repairs"] and max_age is not None:
+        message += f"\nWould prune {plural(row['repairs'], 'repair record')} made over "
+        message += f"{_age(max_age)} ago."
+    counted = row["succeeded"] + row["workflows"] + row["dead_letters"] + row["repairs"]
     return Outcome(message, counted, dry_run=True)
 
 

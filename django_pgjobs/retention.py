@@ -40,6 +40,7 @@ def prune_dead_letters(
 class PruneRun(NamedTuple):
     pruned: int
     finished: bool  # False: stopped at ``max_batches``, or while another process was pruning
+    repairs: int = 0  # repair records past the dead letters' age, deleted with them
 
 
 #: Seconds between two tries for the pruning's turn (another process's batch takes ~20 ms).
@@ -83,7 +84,7 @@ def prune_in_batches(
         log.info("pruned %d dead letters past their retention", pruned)
     if repairs:
         log.info("pruned %d repair records past the dead letters' retention", repairs)
-    return PruneRun(pruned, finished)
+    return PruneRun(pruned, finished, repairs)
 
 
 class PrunedWorkflows(NamedTuple):

@@ -12,7 +12,7 @@ from test_pgjobs_command import earlier, pgjobs
 from test_repair_command import DAY, dead_letters
 
 from django_pgjobs import chain
-from django_pgjobs.models import DeadLetter, Job, Workflow
+from django_pgjobs.models import DeadLetter, Job, Repair, Workflow
 from testproject.handlers import workflows as wf
 
 pytestmark = pytest.mark.django_db
@@ -26,6 +26,19 @@ def old_finished_workflow() -> Workflow:
     return workflow
 
 
+def repair(days_ago: float) -> Repair:
+    return Repair.objects.create(
+        repaired_at=timezone.now() - timedelta(days=days_ago),
+        repaired_by="admin user 'root'",
+        name="shop.charge",
+        queue="default",
+        dead_letter_id=1,
+        job_id=2,
+        requeued_as=3,
+        reason="attempts exhausted",
+    )
+
+
 def test_a_dry_run_counts_what_the_prune_then_deletes_and_deletes_nothing(settings):
     settings.PGJOBS = {**settings.PGJOBS, "DEAD_LETTER_MAX_AGE_SECONDS": 7 * DAY}
     for _ in range(3):
@@ -37,6 +50,8 @@ def test_a_dry_run_counts_what_the_prune_then_deletes_and_deletes_nothing(settin
     dead_letters(4, name="shop.charge", hours_ago=240)  # too old
     dead_letters(5, name="shop.charge", hours_ago=1)  # two of them beyond the newest 3
     dead_letters(2, name="shop.refund", hours_ago=1)
+    repair(days_ago=8)  # past the dead letters' age
+    kept = repair(days_ago=1)
     before = (Job.objects.count(), Workflow.objects.count(), DeadLetter.objects.count())
 
     dry = pgjobs("prune", "--dry-run", "--keep-per-name", "3").splitlines()
@@ -44,12 +59,15 @@ def test_a_dry_run_counts_what_the_prune_then_deletes_and_deletes_nothing(settin
         "Would prune 3 successful jobs past their retention, and 1 finished workflow.",
         "Would prune 6 dead letters past their retention (failed over 7 d ago; beyond the "
         "newest 3 per job name).",
+        "Would prune 1 repair record made over 7 d ago.",
     ]
     assert (Job.objects.count(), Workflow.objects.count(), DeadLetter.objects.count()) == before
+    assert Repair.objects.count() == 2
 
     done = pgjobs("prune", "--keep-per-name", "3").splitlines()
     assert done == [line.replace("Would prune", "Pruned") for line in dry]
     assert DeadLetter.objects.filter(name="shop.charge").count() == 3
+    assert list(Repair.objects.all()) == [kept]
     assert pgjobs("prune", "--dry-run", "--keep-per-name", "3").splitlines() == [
         "Would prune 0 successful jobs past their retention.",
         "Would prune 0 dead letters past their retention (failed over 7 d ago; beyond the "

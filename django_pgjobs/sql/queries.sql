@@ -1708,8 +1708,9 @@ SELECT (SELECT count(*) FROM deleted) AS workflows, (SELECT count(*) FROM steps)
 
 -- name: count_prunable
 -- What `pgjobs prune --dry-run` reports: how many rows prune_succeeded, prune_workflows and
--- prune_dead_letters would delete now, by their conditions (no LIMIT, no lock, no write). A dead
--- letter counts once when it is both too old and beyond the newest `max_per_name` of its name.
+-- prune_dead_letters (dead letters, and repair records past their age) would delete now, by
+-- their conditions (no LIMIT, no lock, no write). A dead letter counts once when it is both
+-- too old and beyond the newest `max_per_name` of its name.
 -- Reads every dead letter once (the per-name ranking); a one-off read for an operator, never the
 -- workers'.
 SELECT
@@ -1737,7 +1738,11 @@ SELECT
      WHERE (%(max_age)s::float8 IS NOT NULL
             AND ranked.failed_at < now() - %(max_age)s::float8 * interval '1 second')
         OR (%(max_per_name)s::int IS NOT NULL AND ranked.place > %(max_per_name)s::int))
-        AS dead_letters;
+        AS dead_letters,
+    (SELECT count(*) FROM pgjobs_repair
+     WHERE %(max_age)s::float8 IS NOT NULL
+       AND repaired_at < now() - %(max_age)s::float8 * interval '1 second')
+        AS repairs;
 
 -- Statements of the admin dashboard and the per-minute queue statistics (pgjobs_stat).
 
