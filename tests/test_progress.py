@@ -55,12 +55,14 @@ def report_often(reports: int) -> float:
 
 @pytest.mark.django_db
 def test_reports_are_throttled_to_one_write_a_second():
-    """10,000 reports in a tight loop: one UPDATE (the first), each report a few microseconds."""
+    """10,000 reports in a tight loop: an UPDATE for the first, then at most one a second (one
+    in all when the loop takes under a second: about 100 ms here, 10 µs a report; a loaded
+    machine with slow commits took over a second once)."""
     queued = report_often.using(keep_result=True).enqueue(10_000)
     with CaptureQueriesContext(connection) as queries:
         run_jobs(["handlers"])
     writes = [q for q in queries.captured_queries if "progress = COALESCE" in q["sql"]]
     seconds = get_result(queued.pk).return_value
     print(f"10,000 reports: {seconds * 1000:.1f} ms, {len(writes)} write(s)")
-    assert len(writes) == 1 and progress.PROGRESS_WRITE_SECONDS == 1.0
-    assert seconds < 1.0  # measured: about 100 ms (10 µs a report) on a shared 2-core machine
+    assert progress.PROGRESS_WRITE_SECONDS == 1.0
+    assert 1 <= len(writes) <= 1 + int(seconds), (len(writes), seconds)
